@@ -1,0 +1,28 @@
+# pgqueue: PGXS build
+MODULE_big = pgqueue
+OBJS = \
+	src/pgqueue.o \
+	src/api.o \
+	src/schedule.o \
+	src/worker.o \
+	src/shmem.o \
+	src/uuid7.o
+EXTENSION = pgqueue
+DATA = pgqueue--1.0.sql
+PGFILEDESC = "pgqueue - durable job queue with an in-server scheduler"
+
+# pg_regress, isolation and TAP tests all run against private servers that
+# preload the library (test/regress.conf); see scripts/test.sh.
+REGRESS = setup push schedule claim lease ack_nack release configure stats \
+	security bad_input counters
+REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf \
+	--temp-instance=$(CURDIR)/tmp_check_regress
+ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack
+ISOLATION_OPTS = --temp-config=$(srcdir)/test/regress.conf \
+	--temp-instance=$(CURDIR)/tmp_check_iso
+TAP_TESTS = 1
+EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

@@ -1,0 +1,174 @@
+/*-------------------------------------------------------------------------
+ *
+ * pgqueue.c
+ *		Entry point of the pgqueue extension: GUCs, shared memory hooks and
+ *		the registration of the scheduler background workers.
+ *
+ * The SQL functions work whether or not the library is preloaded.  With
+ * shared_preload_libraries = 'pgqueue' we also get shared memory (counters,
+ * wake-on-commit, blocking claims) and one scheduler per database named in
+ * pgqueue.database.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "utils/guc.h"
+
+#include "pgqueue.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+char	   *pgqueue_database = NULL;
+int			pgqueue_naptime = 1000;
+int			pgqueue_batch_size = 100;
+bool		pgqueue_enabled = true;
+int			pgqueue_max_payload_kb = 16 * 1024;
+
+static void pgq_register_schedulers(void);
+
+/*
+ * Module load.  Defines the GUCs every backend needs; the postmaster-only
+ * parts (pgqueue.database, shared memory, workers) only when preloading,
+ * because defining a PGC_POSTMASTER variable after startup is not allowed.
+ */
+void
+_PG_init(void)
+{
+	DefineCustomIntVariable("pgqueue.naptime",
+							"Time the scheduler sleeps when a pass found less than a full batch.",
+							"Commits that push jobs wake the scheduler earlier.",
+							&pgqueue_naptime,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgqueue.batch_size",
+							"Maximum number of jobs the scheduler moves in one pass.",
+							NULL,
+							&pgqueue_batch_size,
+							100, 1, PGQ_MAX_ITEMS,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("pgqueue.enabled",
+							 "Whether the scheduler background workers schedule jobs.",
+							 "When off, the schedulers stay up but schedule nothing.",
+							 &pgqueue_enabled,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgqueue.max_payload_size",
+							"Largest payload pgq_push accepts.",
+							NULL,
+							&pgqueue_max_payload_kb,
+							16 * 1024, 1, 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	if (process_shared_preload_libraries_in_progress)
+	{
+		DefineCustomStringVariable("pgqueue.database",
+								   "Comma-separated list of databases that get a scheduler.",
+								   NULL,
+								   &pgqueue_database,
+								   "postgres",
+								   PGC_POSTMASTER,
+								   0,
+								   NULL, NULL, NULL);
+	}
+
+	MarkGUCPrefixReserved("pgqueue");
+
+	/* Every backend publishes wake-ups and counters at commit. */
+	pgq_xact_callbacks_register();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	pgq_shmem_install_hooks();
+	pgq_register_schedulers();
+}
+
+/*
+ * Split pgqueue.database into a list of palloc'd names: comma-separated,
+ * surrounding white space trimmed, empty entries ignored, case kept (unlike
+ * SplitIdentifierString, so "MyDb" names the database MyDb).
+ */
+List *
+pgq_database_list(void)
+{
+	List	   *names = NIL;
+	char	   *p = pstrdup(pgqueue_database ? pgqueue_database : "");
+
+	while (*p)
+	{
+		char	   *end = strchr(p, ',');
+		char	   *last;
+
+		if (end)
+			*end = '\0';
+		while (*p == ' ' || *p == '\t')
+			p++;
+		last = p + strlen(p);
+		while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
+			*--last = '\0';
+		if (*p)
+			names = lappend(names, p);
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	return names;
+}
+
+/*
+ * Register one scheduler per database named in pgqueue.database.  The
+ * worker receives its index in the list as its argument and looks its
+ * database name up again (bgw_extra is too small for a long list).
+ */
+static void
+pgq_register_schedulers(void)
+{
+	List	   *names = pgq_database_list();
+	ListCell   *lc;
+	int			i = 0;
+
+	foreach(lc, names)
+	{
+		BackgroundWorker worker;
+		char	   *dbname = (char *) lfirst(lc);
+
+		if (i >= PGQ_MAX_DATABASES)
+		{
+			ereport(WARNING,
+					(errmsg("pgqueue supports at most %d databases, ignoring \"%s\" and the rest",
+							PGQ_MAX_DATABASES, dbname)));
+			break;
+		}
+
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+			BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = 1;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "pgqueue");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "pgq_scheduler_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "pgqueue scheduler for %s", dbname);
+		snprintf(worker.bgw_type, BGW_MAXLEN, "pgqueue scheduler");
+		worker.bgw_main_arg = Int32GetDatum(i);
+		worker.bgw_notify_pid = 0;
+
+		RegisterBackgroundWorker(&worker);
+		i++;
+	}
+}

@@ -1,0 +1,89 @@
+/*-------------------------------------------------------------------------
+ *
+ * pgqueue.h
+ *		Declarations shared by the pgqueue source files.
+ *
+ * src/pgqueue.c	entry point (_PG_init) and GUCs
+ * src/api.c		the SQL-callable job API (push, claim, ack, ...)
+ * src/schedule.c	the scheduling pass
+ * src/worker.c		the background worker (scheduler loop)
+ * src/shmem.c		shared memory: counters, scheduler latches, the
+ *					condition variable blocking claims sleep on, and the
+ *					transaction callback that publishes both at commit
+ * src/uuid7.c		time-ordered job ids
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGQUEUE_H
+#define PGQUEUE_H
+
+#include "datatype/timestamp.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "nodes/pg_list.h"
+#include "utils/uuid.h"
+
+/* Limits on user input; documented in README.md. */
+#define PGQ_MAX_NAME_BYTES		128		/* queue names */
+#define PGQ_MAX_KEY_BYTES		256		/* lock_key, dedup_key */
+#define PGQ_MAX_ITEMS			10000	/* max_items of claim/schedule */
+#define PGQ_MAX_QUEUES_FILTER	100		/* elements of pgq_claim(queues) */
+#define PGQ_MAX_BATCH			10000	/* payloads of pgq_push_batch */
+#define PGQ_MAX_LEASE_USECS		(INT64CONST(7) * USECS_PER_DAY)
+#define PGQ_MAX_WAIT_USECS		(INT64CONST(60) * USECS_PER_SEC)
+#define PGQ_MAX_RETRY_USECS		(INT64CONST(365) * USECS_PER_DAY)
+#define PGQ_MAX_DATABASES		32		/* entries of pgqueue.database */
+
+/* GUCs, defined in pgqueue.c */
+extern char *pgqueue_database;
+extern int	pgqueue_naptime;
+extern int	pgqueue_batch_size;
+extern bool pgqueue_enabled;
+extern int	pgqueue_max_payload_kb;
+
+/* Cumulative counters kept in shared memory (shmem.c). */
+typedef enum PgqCounter
+{
+	PGQ_PUSHED = 0,
+	PGQ_SCHEDULED,
+	PGQ_CLAIMED,
+	PGQ_ACKED,
+	PGQ_NACKED,
+	PGQ_FAILED,
+	PGQ_STOLEN,
+	PGQ_PASSES,
+	PGQ_NUM_COUNTERS
+} PgqCounter;
+
+/* What a committing transaction must tell others (shmem.c). */
+#define PGQ_WAKE_SCHEDULER	0x01	/* new or returned jobs to schedule */
+#define PGQ_WAKE_CLAIMERS	0x02	/* new claimable rows in work_queue */
+
+/* pgqueue.c */
+extern List *pgq_database_list(void);
+
+/* shmem.c */
+extern void pgq_shmem_install_hooks(void);
+extern void pgq_xact_callbacks_register(void);
+extern bool pgq_shmem_available(void);
+extern void pgq_count(PgqCounter counter, int64 n);
+extern void pgq_count_now(PgqCounter counter, int64 n);
+extern void pgq_wake_at_commit(int what);
+extern void pgq_scheduler_attach(void);
+extern bool pgq_db_known(int dbindex, int set);
+extern void pgq_prepare_wait(void);
+extern void pgq_wait_for_work(TimestampTz until);
+extern void pgq_end_wait(void);
+
+/* schedule.c; caller must be connected to SPI inside a transaction */
+extern int	pgq_schedule_pass(int max_items);
+
+/* uuid7.c */
+extern void pgq_uuid7(pg_uuid_t *uuid);
+
+/* api.c helpers shared with schedule.c */
+extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
+								int nargs, Oid *argtypes);
+extern int64 pgq_interval_usecs(Datum interval);
+
+#endif							/* PGQUEUE_H */

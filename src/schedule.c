@@ -1,0 +1,177 @@
+/*-------------------------------------------------------------------------
+ *
+ * schedule.c
+ *		The scheduling pass: move ready jobs from pgqueue.queue to
+ *		pgqueue.work_queue, fairly across queues.
+ *
+ * A pass takes up to max_items jobs that are pending or retry, due
+ * (run_after <= now), in a queue that is not paused and has room under its
+ * max_in_flight.  Within a queue jobs go by priority (higher first), then
+ * due time, then id.  Across queues the batch is shared by weighted fair
+ * queuing: the k-th job of a queue of weight w gets the virtual time k / w
+ * and the batch takes the smallest virtual times; batch_order follows them,
+ * so claims interleave the queues too.
+ *
+ * A statement does this in two rounds at most.  The first gives each queue
+ * its weighted share of the batch, ceil(max_items * w / sum(w)), so it reads
+ * about max_items + (number of queues) rows however many queues are busy.
+ * When some queues had fewer ready jobs than their share, a second round
+ * offers what is left of the batch to the queues that still have jobs.  A
+ * queue with 10 ready jobs is thus never starved by one with a million, and
+ * a lone busy queue still fills the whole batch.
+ *
+ * Ready rows are locked FOR UPDATE SKIP LOCKED and re-checked, so two passes
+ * running at once never schedule the same job: the second skips what the
+ * first holds.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+
+#include "pgqueue.h"
+
+PG_FUNCTION_INFO_V1(pgq_schedule);
+
+static SPIPlanPtr plan_round = NULL;
+
+/*
+ * One round.  $1 = how many jobs at most, $2 = batch_order of the last job
+ * already moved in this pass, $3 = true for the fair-share round, false to
+ * offer all of $1 to every queue.
+ */
+static const char *round_sql =
+"WITH RECURSIVE"
+" t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts),"
+/* queues with ready jobs: a loose index scan of queue_ready_idx */
+" active (queue) AS ("
+"   (SELECT q.queue FROM pgqueue.queue q"
+"     WHERE q.state IN ('pending', 'retry')"
+"     ORDER BY q.queue LIMIT 1)"
+"   UNION ALL"
+"   SELECT (SELECT q.queue FROM pgqueue.queue q"
+"            WHERE q.state IN ('pending', 'retry') AND q.queue > a.queue"
+"            ORDER BY q.queue LIMIT 1)"
+"     FROM active a WHERE a.queue IS NOT NULL),"
+/* their settings, and the room each has under max_in_flight */
+" conf AS ("
+"  SELECT a.queue, coalesce(s.weight, 1) AS weight,"
+"         CASE WHEN coalesce(s.max_in_flight, 0) = 0 THEN $1::bigint"
+"              ELSE GREATEST(0, s.max_in_flight -"
+"                   (SELECT count(*) FROM pgqueue.queue c"
+"                     WHERE c.queue = a.queue AND c.state = 'scheduled'))"
+"         END AS room"
+"    FROM active a LEFT JOIN pgqueue.queues s ON s.queue = a.queue"
+"   WHERE a.queue IS NOT NULL AND NOT coalesce(s.paused, false)),"
+" quota AS ("
+"  SELECT c.queue, c.weight,"
+"         LEAST(c.room, CASE WHEN $3"
+"                            THEN ceil($1::numeric * c.weight / sum(c.weight) OVER ())::bigint"
+"                            ELSE $1::bigint END) AS lim"
+"    FROM conf c),"
+/* the best ready jobs of each queue, locked */
+" cand AS ("
+"  SELECT j.id, j.queue, j.priority, j.run_after,"
+"         (row_number() OVER (PARTITION BY j.queue"
+"                             ORDER BY j.priority DESC, j.run_after, j.id))::float8"
+"           / k.weight AS vtime"
+"    FROM quota k CROSS JOIN LATERAL ("
+"         SELECT q.id, q.queue, q.priority, q.run_after FROM pgqueue.queue q"
+"          WHERE q.queue = k.queue AND q.state IN ('pending', 'retry')"
+"            AND q.run_after <= (SELECT t.ts FROM t)"
+"          ORDER BY q.priority DESC, q.run_after, q.id"
+"          LIMIT k.lim"
+"            FOR UPDATE OF q SKIP LOCKED) j"
+"   WHERE k.lim > 0),"
+/* the batch: smallest virtual times first */
+" pick AS ("
+"  SELECT c.id, c.queue,"
+"         $2 + row_number() OVER (ORDER BY c.vtime, c.priority DESC, c.run_after, c.id) AS batch_order"
+"    FROM cand c"
+"   ORDER BY c.vtime, c.priority DESC, c.run_after, c.id"
+"   LIMIT $1),"
+" upd AS ("
+"  UPDATE pgqueue.queue q SET state = 'scheduled', version = q.version + 1"
+"    FROM pick p WHERE q.id = p.id"
+"  RETURNING q.id),"
+" ins AS ("
+"  INSERT INTO pgqueue.work_queue (id, queue, created, batch_order)"
+"  SELECT p.id, p.queue, (SELECT t.ts FROM t), p.batch_order"
+"    FROM pick p JOIN upd ON upd.id = p.id"
+"  RETURNING 1)"
+" SELECT count(*)::int FROM ins";
+
+/* Run one round; returns how many jobs it moved. */
+static int
+pgq_schedule_round(int max_items, int order_base, bool fair)
+{
+	Oid			types[3] = {INT4OID, INT4OID, BOOLOID};
+	Datum		args[3];
+	bool		isnull;
+
+	args[0] = Int32GetDatum(max_items);
+	args[1] = Int32GetDatum(order_base);
+	args[2] = BoolGetDatum(fair);
+
+	if (SPI_execute_plan(pgq_keep_plan(&plan_round, round_sql, 3, types),
+						 args, NULL, false, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "pgqueue: scheduling pass failed");
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * One scheduling pass of up to max_items jobs; returns how many it moved.
+ * The caller must be connected to SPI inside a transaction; the jobs become
+ * claimable, and waiting claims are woken, when that transaction commits.
+ */
+int
+pgq_schedule_pass(int max_items)
+{
+	int			moved = pgq_schedule_round(max_items, 0, true);
+
+	if (moved > 0 && moved < max_items)
+		moved += pgq_schedule_round(max_items - moved, moved, false);
+
+	if (moved > 0)
+	{
+		pgq_count(PGQ_SCHEDULED, moved);
+		pgq_wake_at_commit(PGQ_WAKE_CLAIMERS);
+	}
+	return moved;
+}
+
+/*
+ * pgq_schedule(max_items int) returns int
+ *
+ * One scheduling pass run by the user (the background worker calls
+ * pgq_schedule_pass directly).
+ */
+Datum
+pgq_schedule(PG_FUNCTION_ARGS)
+{
+	int32		max_items;
+	int			moved;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_items must not be null")));
+	max_items = PG_GETARG_INT32(0);
+	if (max_items < 1 || max_items > PGQ_MAX_ITEMS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_items must be between 1 and %d", PGQ_MAX_ITEMS),
+				 errdetail("max_items was %d.", max_items)));
+
+	SPI_connect();
+	moved = pgq_schedule_pass(max_items);
+	SPI_finish();
+
+	pgq_count_now(PGQ_PASSES, 1);
+	PG_RETURN_INT32(moved);
+}

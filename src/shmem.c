@@ -1,0 +1,380 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *		Shared memory of pgqueue: cumulative counters, one slot per database
+ *		(its scheduler's latch and the condition variable blocking claims
+ *		sleep on), and the transaction callback that publishes a
+ *		transaction's counts and wake-ups when, and only when, it commits.
+ *
+ * Wake-on-commit uses no LISTEN/NOTIFY: NOTIFY serializes committers on a
+ * global lock.  A committing backend sets the latch of its database's
+ * scheduler (new jobs to schedule) and/or broadcasts the condition variable
+ * (new claimable jobs).  A rolled-back transaction publishes nothing.
+ *
+ * All of this exists only when the library is in shared_preload_libraries;
+ * otherwise the functions here do nothing (blocking claims then poll).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "pgqueue.h"
+
+PG_FUNCTION_INFO_V1(pgq_counters);
+
+/* Waiting claims without shared memory poll this often. */
+#define PGQ_POLL_MS 100
+
+/* Databases that can have waiting claims or a scheduler at once. */
+#define PGQ_DB_SLOTS 64
+
+typedef struct PgqDbSlot
+{
+	Oid			dboid;			/* InvalidOid: free */
+	int			scheduler_procno;	/* pgprocno of its scheduler, or -1 */
+	ConditionVariable work_cv;	/* claims of this database sleep here */
+} PgqDbSlot;
+
+typedef struct PgqShared
+{
+	slock_t		mutex;			/* protects slots[] and db_known[] */
+	TimestampTz stats_reset;
+	pg_atomic_uint64 counters[PGQ_NUM_COUNTERS];
+	bool		db_known[PGQ_MAX_DATABASES];	/* see worker.c */
+	PgqDbSlot	slots[PGQ_DB_SLOTS];
+} PgqShared;
+
+static PgqShared *pgq_shared = NULL;
+static PgqDbSlot *my_slot = NULL;	/* slot of MyDatabaseId, once looked up */
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* What the current transaction will publish if it commits. */
+static int64 pending_counts[PGQ_NUM_COUNTERS];
+static bool pending_any = false;
+static int	pending_wake = 0;
+
+static void pgq_shmem_request(void);
+static void pgq_shmem_startup(void);
+static void pgq_xact_callback(XactEvent event, void *arg);
+static PgqDbSlot *pgq_my_slot(void);
+static void pgq_scheduler_detach(int code, Datum arg);
+
+/* Install the shared memory hooks; called from _PG_init when preloading. */
+void
+pgq_shmem_install_hooks(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = pgq_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = pgq_shmem_startup;
+}
+
+static void
+pgq_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(PgqShared)));
+}
+
+/* Create or attach to the shared struct. */
+static void
+pgq_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	pgq_shared = ShmemInitStruct("pgqueue", sizeof(PgqShared), &found);
+	if (!found)
+	{
+		int			i;
+
+		SpinLockInit(&pgq_shared->mutex);
+		pgq_shared->stats_reset = GetCurrentTimestamp();
+		for (i = 0; i < PGQ_NUM_COUNTERS; i++)
+			pg_atomic_init_u64(&pgq_shared->counters[i], 0);
+		for (i = 0; i < PGQ_MAX_DATABASES; i++)
+			pgq_shared->db_known[i] = false;
+		for (i = 0; i < PGQ_DB_SLOTS; i++)
+		{
+			pgq_shared->slots[i].dboid = InvalidOid;
+			pgq_shared->slots[i].scheduler_procno = -1;
+			ConditionVariableInit(&pgq_shared->slots[i].work_cv);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Whether the library was preloaded and its shared memory is there. */
+bool
+pgq_shmem_available(void)
+{
+	return pgq_shared != NULL;
+}
+
+/*
+ * The slot of the current database, taking a free one on first use.  NULL
+ * without shared memory or when all slots are taken (then claims poll).
+ */
+static PgqDbSlot *
+pgq_my_slot(void)
+{
+	int			i;
+	PgqDbSlot  *free_slot = NULL;
+
+	if (my_slot != NULL || pgq_shared == NULL || !OidIsValid(MyDatabaseId))
+		return my_slot;
+
+	SpinLockAcquire(&pgq_shared->mutex);
+	for (i = 0; i < PGQ_DB_SLOTS; i++)
+	{
+		PgqDbSlot  *slot = &pgq_shared->slots[i];
+
+		if (slot->dboid == MyDatabaseId)
+		{
+			my_slot = slot;
+			break;
+		}
+		if (slot->dboid == InvalidOid && free_slot == NULL)
+			free_slot = slot;
+	}
+	if (my_slot == NULL && free_slot != NULL)
+	{
+		free_slot->dboid = MyDatabaseId;
+		my_slot = free_slot;
+	}
+	SpinLockRelease(&pgq_shared->mutex);
+	return my_slot;
+}
+
+/* ----------------------------------------------------------------
+ * Counters
+ * ----------------------------------------------------------------
+ */
+
+/* Add n to a counter when the current transaction commits. */
+void
+pgq_count(PgqCounter counter, int64 n)
+{
+	if (n == 0)
+		return;
+	pending_counts[counter] += n;
+	pending_any = true;
+}
+
+/* Add n to a counter now, whatever becomes of the transaction. */
+void
+pgq_count_now(PgqCounter counter, int64 n)
+{
+	if (pgq_shared != NULL)
+		pg_atomic_fetch_add_u64(&pgq_shared->counters[counter], n);
+}
+
+/*
+ * pgq_counters() returns table
+ *
+ * The counters since server start, one row.
+ */
+Datum
+pgq_counters(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		values[PGQ_NUM_COUNTERS + 1];
+	bool		nulls[PGQ_NUM_COUNTERS + 1] = {0};
+	int			i;
+
+	if (pgq_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgqueue must be loaded via shared_preload_libraries to keep counters"),
+				 errhint("Add pgqueue to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	for (i = 0; i < PGQ_NUM_COUNTERS; i++)
+		values[i] = Int64GetDatum((int64) pg_atomic_read_u64(&pgq_shared->counters[i]));
+	values[PGQ_NUM_COUNTERS] = TimestampTzGetDatum(pgq_shared->stats_reset);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * Wake-ups
+ * ----------------------------------------------------------------
+ */
+
+/* Ask for a wake-up (PGQ_WAKE_*) when the current transaction commits. */
+void
+pgq_wake_at_commit(int what)
+{
+	pending_wake |= what;
+}
+
+/*
+ * Register the transaction callback; every backend that loads the library
+ * does this once, from _PG_init.
+ */
+void
+pgq_xact_callbacks_register(void)
+{
+	RegisterXactCallback(pgq_xact_callback, NULL);
+}
+
+/*
+ * At commit, publish the counts and wake-ups the transaction collected; at
+ * abort or prepare, drop them.  Called after the commit is visible to other
+ * transactions, so a woken process sees the new rows.
+ */
+static void
+pgq_xact_callback(XactEvent event, void *arg)
+{
+	int			i;
+
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	{
+		if (pgq_shared != NULL)
+		{
+			PgqDbSlot  *slot;
+
+			if (pending_any)
+				for (i = 0; i < PGQ_NUM_COUNTERS; i++)
+					if (pending_counts[i] != 0)
+						pg_atomic_fetch_add_u64(&pgq_shared->counters[i],
+												pending_counts[i]);
+
+			if (pending_wake != 0 && (slot = pgq_my_slot()) != NULL)
+			{
+				if (pending_wake & PGQ_WAKE_SCHEDULER)
+				{
+					int			procno = slot->scheduler_procno;
+
+					if (procno >= 0)
+						SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+				}
+				if (pending_wake & PGQ_WAKE_CLAIMERS)
+					ConditionVariableBroadcast(&slot->work_cv);
+			}
+		}
+	}
+	else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
+			 event != XACT_EVENT_PREPARE)
+		return;
+
+	/* commit, abort or prepare: start afresh */
+	if (pending_any)
+		memset(pending_counts, 0, sizeof(pending_counts));
+	pending_any = false;
+	pending_wake = 0;
+}
+
+/*
+ * Make the calling scheduler the one whose latch committers of its database
+ * set.  Called once by the scheduler after it connected.
+ */
+void
+pgq_scheduler_attach(void)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+
+	if (slot == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("pgqueue has no shared memory slot left for database %u", MyDatabaseId)));
+	slot->scheduler_procno = MyProc->pgprocno;
+	before_shmem_exit(pgq_scheduler_detach, (Datum) 0);
+}
+
+static void
+pgq_scheduler_detach(int code, Datum arg)
+{
+	if (my_slot != NULL && my_slot->scheduler_procno == MyProc->pgprocno)
+		my_slot->scheduler_procno = -1;
+}
+
+/*
+ * Whether the scheduler of the database with index dbindex in
+ * pgqueue.database has seen its database exist (see worker.c); set or
+ * read it.
+ */
+bool
+pgq_db_known(int dbindex, int set)
+{
+	bool		result;
+
+	if (pgq_shared == NULL || dbindex < 0 || dbindex >= PGQ_MAX_DATABASES)
+		return false;
+	SpinLockAcquire(&pgq_shared->mutex);
+	if (set >= 0)
+		pgq_shared->db_known[dbindex] = (set > 0);
+	result = pgq_shared->db_known[dbindex];
+	SpinLockRelease(&pgq_shared->mutex);
+	return result;
+}
+
+/*
+ * Prepare to sleep for work in pgq_wait_for_work.  Call before looking for
+ * work, so that a broadcast between the look and the sleep is not missed.
+ */
+void
+pgq_prepare_wait(void)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+
+	if (slot != NULL)
+		ConditionVariablePrepareToSleep(&slot->work_cv);
+}
+
+/*
+ * Sleep until a committing transaction of this database publishes new
+ * claimable work, or until the time until, whichever is first.  Without
+ * shared memory, sleep at most PGQ_POLL_MS (the caller polls).  Interrupts
+ * (cancel, statement_timeout, terminate) are served.
+ */
+void
+pgq_wait_for_work(TimestampTz until)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+	TimestampTz now = GetCurrentTimestamp();
+	long		timeout_ms;
+
+	if (until <= now)
+		return;
+	timeout_ms = (long) ((until - now + 999) / 1000);
+
+	if (slot != NULL)
+	{
+		ConditionVariableTimedSleep(&slot->work_cv, timeout_ms, PG_WAIT_EXTENSION);
+		return;
+	}
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 Min(timeout_ms, PGQ_POLL_MS), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/* Stop preparing to sleep (after the claim loop). */
+void
+pgq_end_wait(void)
+{
+	ConditionVariableCancelSleep();
+}

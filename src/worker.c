@@ -1,0 +1,244 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *		The scheduler background worker: one per database named in
+ *		pgqueue.database, running scheduling passes.
+ *
+ * Each pass is its own transaction.  After a full pass the next runs at
+ * once; otherwise the worker sleeps pgqueue.naptime, or less when a commit
+ * that pushed jobs sets its latch (see shmem.c).  It does nothing while the
+ * extension is not installed in its database or pgqueue.enabled is off.  It
+ * is registered with BgWorkerStart_RecoveryFinished, so on a hot standby it
+ * does not run at all and the postmaster starts it after promotion.
+ *
+ * A database named in pgqueue.database that does not exist must not make
+ * the worker fail at connection time once a second forever.  So a worker
+ * first connects to no database and looks its database up in the shared
+ * catalog; when it is missing it says so once and checks again every few
+ * seconds.  Once found, it records that in shared memory and exits to be
+ * restarted straight into the database (a backend can connect only once).
+ * The record is cleared before every connection attempt, so a database
+ * dropped later sends the next start back to the checking path.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/backend_status.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "pgqueue.h"
+
+/* How often a worker whose database is missing looks again. */
+#define PGQ_DB_RECHECK_MS 5000
+
+PGDLLEXPORT void pgq_scheduler_main(Datum main_arg);
+
+static void pgq_wait_for_database(int dbindex, const char *dbname);
+static bool pgq_database_exists(const char *dbname);
+static int	pgq_run_pass(void);
+
+/*
+ * Entry point of a scheduler.  main_arg is the index of its database in
+ * pgqueue.database.
+ */
+void
+pgq_scheduler_main(Datum main_arg)
+{
+	int			dbindex = DatumGetInt32(main_arg);
+	List	   *names = pgq_database_list();
+	char	   *dbname;
+	bool		extension_seen = false;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (dbindex < 0 || dbindex >= list_length(names))
+		proc_exit(0);			/* pgqueue.database changed under us */
+	dbname = list_nth(names, dbindex);
+
+	if (!pgq_db_known(dbindex, -1))
+		pgq_wait_for_database(dbindex, dbname);		/* does not return */
+
+	/* forget the database until the connection succeeds */
+	pgq_db_known(dbindex, 0);
+	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	pgq_db_known(dbindex, 1);
+
+	/* the same fixed search_path as the SQL functions */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	pgq_scheduler_attach();
+
+	ereport(LOG,
+			(errmsg("pgqueue scheduler started for database \"%s\"", dbname)));
+
+	for (;;)
+	{
+		int			moved = -1;
+		int			batch_size = pgqueue_batch_size;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		if (pgqueue_enabled)
+		{
+			MemoryContext oldcxt = CurrentMemoryContext;
+
+			/* an error in a pass is logged; the loop goes on */
+			PG_TRY();
+			{
+				moved = pgq_run_pass();
+			}
+			PG_CATCH();
+			{
+				MemoryContextSwitchTo(oldcxt);
+				EmitErrorReport();
+				FlushErrorState();
+				AbortCurrentTransaction();
+				pgstat_report_activity(STATE_IDLE, NULL);
+				moved = -1;
+			}
+			PG_END_TRY();
+
+			if (moved == -2 && extension_seen)
+				ereport(LOG,
+						(errmsg("pgqueue scheduler: extension pgqueue is not installed in database \"%s\" any more; waiting for it",
+								dbname)));
+			extension_seen = (moved != -2);
+		}
+
+		/* a full pass: there is probably more, go again at once */
+		if (moved >= batch_size)
+			continue;
+
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 pgqueue_naptime,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * One scheduling pass in its own transaction.  Returns how many jobs it
+ * moved, or -2 when the extension is not installed in this database.
+ */
+static int
+pgq_run_pass(void)
+{
+	int			moved = -2;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+
+	if (OidIsValid(get_extension_oid("pgqueue", true)))
+	{
+		pgstat_report_activity(STATE_RUNNING, "pgqueue scheduling pass");
+		SPI_connect();
+		moved = pgq_schedule_pass(pgqueue_batch_size);
+		SPI_finish();
+		pgq_count_now(PGQ_PASSES, 1);
+	}
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return moved;
+}
+
+/*
+ * Whether database dbname exists.  Reads pg_database with a plain heap scan,
+ * as the autovacuum launcher does: without a database we cannot use the
+ * catalog caches.
+ */
+static bool
+pgq_database_exists(const char *dbname)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+	bool		found = false;
+
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while (!found && HeapTupleIsValid(tup = heap_getnext(scan, ForwardScanDirection)))
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+
+		found = (strcmp(NameStr(db->datname), dbname) == 0);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	return found;
+}
+
+/*
+ * Wait, connected to no database, until database dbname exists; then
+ * record that and exit so that the postmaster restarts this worker, which
+ * then connects to it.  Logs once that the database is missing.
+ */
+static void
+pgq_wait_for_database(int dbindex, const char *dbname)
+{
+	bool		logged = false;
+
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		if (pgq_database_exists(dbname))
+		{
+			pgq_db_known(dbindex, 1);
+			proc_exit(1);		/* restart connected to the database */
+		}
+		if (!logged)
+		{
+			ereport(LOG,
+					(errmsg("pgqueue scheduler: database \"%s\" named in pgqueue.database does not exist",
+							dbname),
+					 errhint("Create the database; its scheduler starts within seconds.")));
+			logged = true;
+		}
+
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 PGQ_DB_RECHECK_MS,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
