@@ -18,7 +18,7 @@ REGRESS = setup push schedule claim lease ack_nack release configure stats \
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--temp-instance=$(CURDIR)/tmp_check_regress
 ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack
-ISOLATION_OPTS = --temp-config=$(srcdir)/test/regress.conf \
+ISOLATION_OPTS = --temp-config=$(srcdir)/test/isolation.conf \
 	--temp-instance=$(CURDIR)/tmp_check_iso
 TAP_TESTS = 1
 EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Run the whole pgqueue test suite: pg_regress, isolation and TAP tests.
+#
+#   sudo bash scripts/test.sh            # everything
+#   sudo bash scripts/test.sh regress    # one kind: regress, isolation or tap
+#   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
+#
+# Installs what it needs (Debian 12 packages), builds and installs the
+# extension, then runs each kind of test as the postgres user in a copy of
+# the tree (initdb refuses root; see ../shared/TESTING.md).  Every server it
+# starts is private and stopped again.  Ends with "N passed, N failed".
+set -uo pipefail
+
+if [ "$(id -u)" != 0 ]; then
+	exec sudo -E bash "$0" "$@"
+fi
+
+cd "$(dirname "$0")/.."
+SRC=$(pwd)
+KINDS=${*:-regress isolation tap}
+export DEBIAN_FRONTEND=noninteractive
+
+log() { printf '==> %s\n' "$*"; }
+
+# --- dependencies ------------------------------------------------------------
+need=()
+command -v make >/dev/null && command -v gcc >/dev/null || need+=(build-essential)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
+[ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
+perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
+if [ ${#need[@]} -gt 0 ]; then
+	log "installing ${need[*]}"
+	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null ||
+		{ echo "apt-get install failed"; echo "0 passed, 1 failed"; exit 1; }
+fi
+export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+
+# --- a postgres-owned copy of the tree, built and installed -------------------
+# Building in the copy leaves the checkout untouched (parallel runs are safe).
+WORK=$(mktemp -d /tmp/pgqueue-test.XXXXXX)
+chmod 755 "$WORK"
+# KEEP_TEST_DIR=1 keeps the copy (results/, output_iso/, tmp_check*/logs)
+cleanup() {
+	if [ "${KEEP_TEST_DIR:-0}" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+mkdir -p "$WORK/tree" "$WORK/tmp"
+tar -C "$SRC" --exclude=.git --exclude='tmp_check*' --exclude=results --exclude=output_iso -cf - . |
+	tar -C "$WORK/tree" -xf -
+log "building"
+if ! (cd "$WORK/tree" && make -s clean && make -s && make -s install) >"$WORK/build.log" 2>&1; then
+	cat "$WORK/build.log"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+grep -E "warning:" "$WORK/build.log" || true
+chown -R postgres: "$WORK"
+
+run_as_pg() {
+	(cd "$WORK/tree" && runuser -u postgres -- env TMPDIR="$WORK/tmp" PATH="$PATH" \
+		PG_CONFIG="$PG_CONFIG" make -s installcheck "$@")
+}
+
+passed=0
+failed=0
+
+# pg_regress and pg_isolation_regress print one line per test:
+#   "test name   ... ok   12 ms" or "     name   ... FAILED   12 ms"
+count_pg_regress() {
+	local out=$1 ok bad
+	ok=$(grep -cE '^(test |     )?[ ]*[A-Za-z0-9_]+ +\.\.\. ok' "$out")
+	bad=$(grep -cE '\.\.\. (FAILED|failed)' "$out")
+	echo "$ok $bad"
+}
+
+for kind in $KINDS; do
+	out="$WORK/$kind.out"
+	case $kind in
+	regress)
+		log "pg_regress"
+		run_as_pg ISOLATION= TAP_TESTS= >"$out" 2>&1
+		rc=$?
+		read -r ok bad < <(count_pg_regress "$out")
+		;;
+	isolation)
+		log "isolation"
+		run_as_pg REGRESS= TAP_TESTS= >"$out" 2>&1
+		rc=$?
+		read -r ok bad < <(count_pg_regress "$out")
+		;;
+	tap)
+		log "TAP"
+		run_as_pg REGRESS= ISOLATION= PROVE_FLAGS="--timer -v" >"$out" 2>&1
+		rc=$?
+		ok=$(grep -cE '^[[:space:]]*ok [0-9]+' "$out")
+		bad=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$out")
+		;;
+	*)
+		echo "unknown test kind: $kind (use regress, isolation or tap)"
+		echo "0 passed, 1 failed"
+		exit 2
+		;;
+	esac
+	# a suite that failed without reporting a failed test (server did not
+	# start, a TAP script died) still counts as one failure
+	if [ "$rc" != 0 ] && [ "$bad" = 0 ]; then bad=1; fi
+	cat "$out"
+	if [ "$rc" != 0 ]; then
+		for f in "$WORK/tree/regression.diffs" "$WORK/tree/output_iso/regression.diffs"; do
+			[ "$kind" = regress ] && [[ $f == *output_iso* ]] && continue
+			[ "$kind" = isolation ] && [[ $f != *output_iso* ]] && continue
+			[ -f "$f" ] && { log "$f"; cat "$f"; }
+		done
+		if [ "$kind" = tap ]; then
+			for f in "$WORK"/tree/tmp_check/log/regress_log_*; do
+				[ -f "$f" ] && { log "$f"; tail -n 80 "$f"; }
+			done
+		fi
+		for f in "$WORK"/tree/tmp_check_regress/log/postmaster.log "$WORK"/tree/tmp_check_iso/log/postmaster.log; do
+			[ -f "$f" ] && { log "$f (tail)"; tail -n 40 "$f"; }
+		done
+	fi
+	log "$kind: $ok passed, $bad failed"
+	passed=$((passed + ok))
+	failed=$((failed + bad))
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
