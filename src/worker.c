@@ -14,8 +14,8 @@
  * A database named in pgqueue.database that does not exist must not make
  * the worker fail at connection time once a second forever.  So a worker
  * first connects to no database and looks its database up in the shared
- * catalog; when it is missing it says so once and checks again every few
- * seconds.  Once found, it records that in shared memory and exits to be
+ * catalog; when it is missing it says so once and checks again every
+ * second.  Once found, it records that in shared memory and exits to be
  * restarted straight into the database (a backend can connect only once).
  * The record is cleared before every connection attempt, so a database
  * dropped later sends the next start back to the checking path.
@@ -48,7 +48,7 @@
 #include "pgqueue.h"
 
 /* How often a worker whose database is missing looks again. */
-#define PGQ_DB_RECHECK_MS 5000
+#define PGQ_DB_RECHECK_MS 1000
 
 PGDLLEXPORT void pgq_scheduler_main(Datum main_arg);
 
