@@ -88,13 +88,19 @@ static int	pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed);
 /*
  * Return the kept plan in *cache, preparing and keeping it first if needed.
  * The caller must be connected to SPI.
+ *
+ * The plan is always generic (CURSOR_OPT_GENERIC_PLAN): the plan cache would
+ * otherwise re-plan these multi-CTE statements on most calls, which costs
+ * more than running them.  Every statement is written so that its generic
+ * plan is the right one (index probes driven by LIMIT and "= ANY (ARRAY())").
  */
 SPIPlanPtr
 pgq_keep_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
 	if (*cache == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
+											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
 			elog(ERROR, "pgqueue: SPI_prepare failed: %s",
@@ -460,7 +466,7 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	plan = pgq_keep_plan(&plan_push_batch,
 						 "INSERT INTO pgqueue.queue (id, queue, payload, run_after, priority)"
 						 " SELECT b.id, $2, b.payload, coalesce($4, pg_catalog.now()), $5"
-						 "   FROM pg_catalog.unnest($1, $3) AS b (id, payload)",
+						 "   FROM unnest($1, $3) AS b (id, payload)",
 						 5, types);
 	if (SPI_execute_plan(plan, args, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "pgqueue: push_batch failed");
@@ -487,19 +493,25 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 /*
  * The end of every claim statement.  It expects CTE "t" (the claim time)
  * and CTE "c" (the locked work_queue rows to hand out, column id), bumps
- * tries and version of each job, and sets the lease.  $1 is the lock_key,
- * $3 the lease.
+ * tries and version of each job (the version returned is the job's, in
+ * pgqueue.queue; work_queue.version counts the claims of the row), and sets
+ * the lease.  $1 is the lock_key, $3 the lease.
+ *
+ * Rows are updated through "id = ANY (ARRAY(...))", not a join with the
+ * CTE: the planner cannot know how few rows a CTE holds and may choose a
+ * hash join over a sequential scan of the table; the array always probes
+ * the primary key.
  */
 #define CLAIM_UPDATES \
 	" cj AS (" \
 	"  UPDATE pgqueue.queue q SET tries = q.tries + 1, version = q.version + 1" \
-	"    FROM c WHERE q.id = c.id" \
+	"   WHERE q.id = ANY (ARRAY(SELECT c.id FROM c))" \
 	"  RETURNING q.id, q.queue, q.payload, q.tries, q.version)," \
 	" cw AS (" \
 	"  UPDATE pgqueue.work_queue w" \
 	"     SET lock_key = $1, started = t.ts, lock_timeout = t.ts + $3," \
-	"         version = cj.version" \
-	"    FROM cj, t WHERE w.id = cj.id" \
+	"         version = w.version + 1" \
+	"    FROM t WHERE w.id = ANY (ARRAY(SELECT c.id FROM c))" \
 	"  RETURNING w.id, w.lock_timeout, w.created, w.batch_order)"
 
 #define CLAIM_RESULT \
@@ -528,20 +540,22 @@ CLAIM_TIME
 "   LIMIT $2"
 "     FOR UPDATE OF w SKIP LOCKED),"
 " j AS ("
-"  SELECT e.id, e.old_key, q.tries, m.max_tries, q.tries >= m.max_tries AS last_try"
-"    FROM e JOIN pgqueue.queue q ON q.id = e.id"
-"   CROSS JOIN LATERAL (SELECT coalesce((SELECT s.max_tries FROM pgqueue.queues s"
-"                                         WHERE s.queue = q.queue), 5) AS max_tries) m),"
+"  SELECT e.id, e.old_key, q.tries, q.max_tries, q.tries >= q.max_tries AS last_try"
+"    FROM e CROSS JOIN LATERAL ("
+"         SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s"
+"                                    WHERE s.queue = q.queue), 5) AS max_tries"
+"           FROM pgqueue.queue q WHERE q.id = e.id LIMIT 1) q),"
 " dw AS ("
-"  DELETE FROM pgqueue.work_queue w USING j"
-"   WHERE w.id = j.id AND j.last_try"
+"  DELETE FROM pgqueue.work_queue w"
+"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE j.last_try))"
 "  RETURNING w.id),"
 " dq AS ("
 "  UPDATE pgqueue.queue q"
 "     SET state = 'failed', version = q.version + 1,"
-"         last_error = pg_catalog.format('lease of %s expired on try %s of %s', j.old_key, j.tries, j.max_tries)"
-"    FROM dw JOIN j ON j.id = dw.id"
-"   WHERE q.id = dw.id"
+"         last_error = (SELECT pg_catalog.format('lease of %s expired on try %s of %s',"
+"                                                j.old_key, j.tries, j.max_tries)"
+"                         FROM j WHERE j.id = q.id)"
+"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw))"
 "  RETURNING q.id),"
 " c AS (SELECT j.id FROM j WHERE NOT j.last_try),"
 CLAIM_UPDATES
@@ -821,7 +835,7 @@ pgq_wake_if_capped(void)
  * whether the job's queue has max_in_flight.
  */
 #define ACK_TAIL \
-	" DELETE FROM pgqueue.queue q USING w WHERE q.id = w.id" \
+	" DELETE FROM pgqueue.queue q WHERE q.id = ANY (ARRAY(SELECT w.id FROM w))" \
 	" RETURNING q.id, EXISTS (SELECT 1 FROM pgqueue.queues s" \
 	"                          WHERE s.queue = q.queue AND s.max_in_flight > 0)"
 
@@ -951,13 +965,13 @@ pgq_nack(PG_FUNCTION_ARGS)
 									   "                         $6 * LEAST($5::float8 * 2.0::float8 ^ (LEAST(q.tries, 40) - 1),"
 									   "                                    $7::float8) * interval '1 microsecond') END,"
 									   "        last_error = $3, version = q.version + 1"
-									   "   FROM w CROSS JOIN LATERAL"
-									   "        (SELECT coalesce((SELECT s.max_tries FROM pgqueue.queues s"
-									   "                           WHERE s.queue = q.queue), 5) AS max_tries) m"
-									   "  WHERE q.id = w.id"
+									   "   FROM (SELECT w.id, coalesce(s.max_tries, 5) AS max_tries"
+									   "           FROM w JOIN pgqueue.queue j ON j.id = w.id"
+									   "           LEFT JOIN pgqueue.queues s ON s.queue = j.queue) m"
+									   "  WHERE q.id = m.id"
 									   " RETURNING q.state::text, EXISTS (SELECT 1 FROM pgqueue.queues s"
 									   "                   WHERE s.queue = q.queue AND s.max_in_flight > 0)",
-									   6, types),
+									   7, types),
 						 args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "pgqueue: nack failed");
 	if (SPI_processed == 1)
@@ -1002,27 +1016,29 @@ pgq_release(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (SPI_execute_plan(pgq_keep_plan(&plan_release,
 									   "WITH r AS ("
-									   "  SELECT w.id, q.tries, m.max_tries, q.tries >= m.max_tries AS last_try"
-									   "    FROM pgqueue.work_queue w JOIN pgqueue.queue q ON q.id = w.id"
-									   "   CROSS JOIN LATERAL (SELECT coalesce((SELECT s.max_tries FROM pgqueue.queues s"
-									   "                       WHERE s.queue = q.queue), 5) AS max_tries) m"
+									   "  SELECT w.id, q.tries, q.max_tries, q.tries >= q.max_tries AS last_try"
+									   "    FROM pgqueue.work_queue w CROSS JOIN LATERAL ("
+									   "         SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s"
+									   "                                    WHERE s.queue = q.queue), 5) AS max_tries"
+									   "           FROM pgqueue.queue q WHERE q.id = w.id LIMIT 1) q"
 									   "   WHERE w.lock_key = $1"
 									   "     FOR UPDATE OF w),"
 									   " rel AS ("
 									   "  UPDATE pgqueue.work_queue w"
 									   "     SET lock_key = NULL, lock_timeout = NULL, started = NULL"
-									   "    FROM r WHERE w.id = r.id AND NOT r.last_try"
+									   "   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE NOT r.last_try))"
 									   "  RETURNING w.id),"
 									   " dw AS ("
-									   "  DELETE FROM pgqueue.work_queue w USING r"
-									   "   WHERE w.id = r.id AND r.last_try"
+									   "  DELETE FROM pgqueue.work_queue w"
+									   "   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE r.last_try))"
 									   "  RETURNING w.id),"
 									   " dq AS ("
 									   "  UPDATE pgqueue.queue q"
 									   "     SET state = 'failed', version = q.version + 1,"
-									   "         last_error = pg_catalog.format('released by %s on try %s of %s', $1, r.tries, r.max_tries)"
-									   "    FROM dw JOIN r ON r.id = dw.id"
-									   "   WHERE q.id = dw.id"
+									   "         last_error = (SELECT pg_catalog.format('released by %s on try %s of %s',"
+									   "                                                $1, r.tries, r.max_tries)"
+									   "                         FROM r WHERE r.id = q.id)"
+									   "   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw))"
 									   "  RETURNING q.id)"
 									   " SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int",
 									   1, types),

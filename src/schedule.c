@@ -24,6 +24,11 @@
  * running at once never schedule the same job: the second skips what the
  * first holds.
  *
+ * Rows are updated through "id = ANY (ARRAY(...))" rather than a join with
+ * the CTE: the planner cannot know how few rows a CTE holds and may pick a
+ * hash join over a sequential scan of the whole table; the array form
+ * always probes the primary key.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -31,17 +36,34 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "utils/array.h"
 
 #include "pgqueue.h"
 
 PG_FUNCTION_INFO_V1(pgq_schedule);
 
 static SPIPlanPtr plan_round = NULL;
+static SPIPlanPtr plan_busy = NULL;
+
+/*
+ * max_in_flight under concurrent passes: a pass takes a transaction-level
+ * advisory lock on every capped queue, in a statement of its own before the
+ * rounds, so that their snapshots count what the lock's previous holder
+ * committed.  A capped queue locked by another open pass is left out of
+ * this pass (never waited for): its room may be in use.  Returns those
+ * queues, the $4 of the rounds.
+ */
+static const char *busy_sql =
+"SELECT coalesce(pg_catalog.array_agg(s.queue), '{}'::text[])"
+"  FROM pgqueue.queues s"
+" WHERE CASE WHEN s.max_in_flight > 0"
+"            THEN NOT pg_catalog.pg_try_advisory_xact_lock(1885827445, pg_catalog.hashtext(s.queue))"
+"            ELSE false END";
 
 /*
  * One round.  $1 = how many jobs at most, $2 = batch_order of the last job
  * already moved in this pass, $3 = true for the fair-share round, false to
- * offer all of $1 to every queue.
+ * offer all of $1 to every queue, $4 = the queues to leave out (busy_sql).
  */
 static const char *round_sql =
 "WITH RECURSIVE"
@@ -65,7 +87,8 @@ static const char *round_sql =
 "                     WHERE c.queue = a.queue AND c.state = 'scheduled'))"
 "         END AS room"
 "    FROM active a LEFT JOIN pgqueue.queues s ON s.queue = a.queue"
-"   WHERE a.queue IS NOT NULL AND NOT coalesce(s.paused, false)),"
+"   WHERE a.queue IS NOT NULL AND NOT coalesce(s.paused, false)"
+"     AND a.queue <> ALL ($4::text[])),"
 " quota AS ("
 "  SELECT c.queue, c.weight,"
 "         LEAST(c.room, CASE WHEN $3"
@@ -95,7 +118,7 @@ static const char *round_sql =
 "   LIMIT $1),"
 " upd AS ("
 "  UPDATE pgqueue.queue q SET state = 'scheduled', version = q.version + 1"
-"    FROM pick p WHERE q.id = p.id"
+"   WHERE q.id = ANY (ARRAY(SELECT p.id FROM pick p))"
 "  RETURNING q.id),"
 " ins AS ("
 "  INSERT INTO pgqueue.work_queue (id, queue, created, batch_order)"
@@ -106,17 +129,18 @@ static const char *round_sql =
 
 /* Run one round; returns how many jobs it moved. */
 static int
-pgq_schedule_round(int max_items, int order_base, bool fair)
+pgq_schedule_round(int max_items, int order_base, bool fair, Datum busy)
 {
-	Oid			types[3] = {INT4OID, INT4OID, BOOLOID};
-	Datum		args[3];
+	Oid			types[4] = {INT4OID, INT4OID, BOOLOID, TEXTARRAYOID};
+	Datum		args[4];
 	bool		isnull;
 
 	args[0] = Int32GetDatum(max_items);
 	args[1] = Int32GetDatum(order_base);
 	args[2] = BoolGetDatum(fair);
+	args[3] = busy;
 
-	if (SPI_execute_plan(pgq_keep_plan(&plan_round, round_sql, 3, types),
+	if (SPI_execute_plan(pgq_keep_plan(&plan_round, round_sql, 4, types),
 						 args, NULL, false, 0) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "pgqueue: scheduling pass failed");
@@ -132,10 +156,18 @@ pgq_schedule_round(int max_items, int order_base, bool fair)
 int
 pgq_schedule_pass(int max_items)
 {
-	int			moved = pgq_schedule_round(max_items, 0, true);
+	Datum		busy;
+	bool		isnull;
+	int			moved;
 
+	if (SPI_execute_plan(pgq_keep_plan(&plan_busy, busy_sql, 0, NULL),
+						 NULL, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "pgqueue: scheduling pass failed");
+	busy = PointerGetDatum(DatumGetArrayTypePCopy(SPI_getbinval(SPI_tuptable->vals[0],
+																SPI_tuptable->tupdesc, 1, &isnull)));
+	moved = pgq_schedule_round(max_items, 0, true, busy);
 	if (moved > 0 && moved < max_items)
-		moved += pgq_schedule_round(max_items - moved, moved, false);
+		moved += pgq_schedule_round(max_items - moved, moved, false, busy);
 
 	if (moved > 0)
 	{
