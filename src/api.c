@@ -650,10 +650,23 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 
 	SPI_connect();
 
-	if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen, claim_stolen_sql, 4, types),
-						 a, nulls, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "pgqueue: claim of expired leases failed");
-	stolen = pgq_claim_put(rsinfo, &failed);
+	/*
+	 * Jobs failed on their last try do not fill the claim: while some were
+	 * failed and there is room, look for more expired leases.
+	 */
+	stolen = 0;
+	for (;;)
+	{
+		int64		failed_before = failed;
+
+		a[1] = Int32GetDatum(max_items - stolen);
+		if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen, claim_stolen_sql, 4, types),
+							 a, nulls, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "pgqueue: claim of expired leases failed");
+		stolen += pgq_claim_put(rsinfo, &failed);
+		if (failed == failed_before || stolen >= max_items)
+			break;
+	}
 
 	if (stolen < max_items)
 	{
@@ -690,6 +703,8 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	pgq_count(PGQ_CLAIMED, stolen + fresh);
 	pgq_count(PGQ_STOLEN, stolen);
 	pgq_count(PGQ_FAILED, failed);
+	if (stolen + fresh + failed > 0)
+		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
 	return stolen + fresh;
 }
 
@@ -799,6 +814,7 @@ pgq_extend(PG_FUNCTION_ARGS)
 		result = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 												   SPI_tuptable->tupdesc, 1, &isnull));
 		found = true;
+		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
 	}
 	SPI_finish();
 
@@ -868,7 +884,10 @@ pgq_ack(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	if (done)
+	{
 		pgq_count(PGQ_ACKED, 1);
+		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
+	}
 	PG_RETURN_BOOL(done);
 }
 
@@ -912,6 +931,8 @@ pgq_ack_batch(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	pgq_count(PGQ_ACKED, n);
+	if (n > 0)
+		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
 	PG_RETURN_INT32(n);
 }
 
@@ -987,6 +1008,7 @@ pgq_nack(PG_FUNCTION_ARGS)
 	if (state == NULL)
 		PG_RETURN_NULL();
 	pgq_count(PGQ_NACKED, 1);
+	pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
 	if (strcmp(state, "failed") == 0)
 		pgq_count(PGQ_FAILED, 1);
 	else if (due_now)
@@ -1050,7 +1072,7 @@ pgq_release(PG_FUNCTION_ARGS)
 
 	pgq_count(PGQ_FAILED, failed);
 	if (released > 0)
-		pgq_wake_at_commit(PGQ_WAKE_CLAIMERS);
+		pgq_wake_at_commit(PGQ_WAKE_CLAIMERS | PGQ_WAKE_ON_ABORT);
 	if (failed > 0)
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);	/* places freed */
 	PG_RETURN_INT32(released + failed);

@@ -70,10 +70,27 @@ static int64 pending_counts[PGQ_NUM_COUNTERS];
 static bool pending_any = false;
 static int	pending_wake = 0;
 
+/*
+ * pending_counts as they were when each open subtransaction started, newest
+ * first, so that a rolled-back subtransaction (ROLLBACK TO, a PL/pgSQL
+ * exception block) publishes nothing either.  Lives in TopTransactionContext.
+ */
+typedef struct PgqSubCounts
+{
+	SubTransactionId subid;
+	int64		counts[PGQ_NUM_COUNTERS];
+	struct PgqSubCounts *next;
+} PgqSubCounts;
+
+static PgqSubCounts *sub_counts = NULL;
+
 static void pgq_shmem_request(void);
 static void pgq_shmem_startup(void);
 static void pgq_xact_callback(XactEvent event, void *arg);
+static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+								 SubTransactionId parentSubid, void *arg);
 static PgqDbSlot *pgq_my_slot(void);
+static void pgq_broadcast_claimers(void);
 static void pgq_scheduler_detach(int code, Datum arg);
 
 /* Install the shared memory hooks; called from _PG_init when preloading. */
@@ -222,11 +239,24 @@ pgq_counters(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
-/* Ask for a wake-up (PGQ_WAKE_*) when the current transaction commits. */
+/*
+ * Ask for a wake-up when the current transaction ends: PGQ_WAKE_SCHEDULER
+ * and PGQ_WAKE_CLAIMERS at commit, PGQ_WAKE_ON_ABORT (claimers) at abort.
+ */
 void
 pgq_wake_at_commit(int what)
 {
 	pending_wake |= what;
+}
+
+/* Wake the claims of this database that wait for work. */
+static void
+pgq_broadcast_claimers(void)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+
+	if (slot != NULL)
+		ConditionVariableBroadcast(&slot->work_cv);
 }
 
 /*
@@ -237,6 +267,7 @@ void
 pgq_xact_callbacks_register(void)
 {
 	RegisterXactCallback(pgq_xact_callback, NULL);
+	RegisterSubXactCallback(pgq_subxact_callback, NULL);
 }
 
 /*
@@ -271,12 +302,20 @@ pgq_xact_callback(XactEvent event, void *arg)
 						SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 				}
 				if (pending_wake & PGQ_WAKE_CLAIMERS)
-					ConditionVariableBroadcast(&slot->work_cv);
+					pgq_broadcast_claimers();
 			}
 		}
 	}
-	else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
-			 event != XACT_EVENT_PREPARE)
+	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	{
+		/*
+		 * A claim (or ack, nack...) that rolls back unlocks work_queue rows
+		 * that a waiting claim skipped: let it look again.
+		 */
+		if (pending_wake & PGQ_WAKE_ON_ABORT)
+			pgq_broadcast_claimers();
+	}
+	else if (event != XACT_EVENT_PREPARE)
 		return;
 
 	/* commit, abort or prepare: start afresh */
@@ -284,6 +323,40 @@ pgq_xact_callback(XactEvent event, void *arg)
 		memset(pending_counts, 0, sizeof(pending_counts));
 	pending_any = false;
 	pending_wake = 0;
+	sub_counts = NULL;			/* freed with TopTransactionContext */
+}
+
+/*
+ * Remember the counts at the start of a subtransaction; put them back if it
+ * aborts.  (Wake-ups are not undone: a spurious one costs only a look.)
+ */
+static void
+pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg)
+{
+	PgqSubCounts *s;
+
+	if (event == SUBXACT_EVENT_START_SUB)
+	{
+		s = MemoryContextAlloc(TopTransactionContext, sizeof(PgqSubCounts));
+		s->subid = mySubid;
+		memcpy(s->counts, pending_counts, sizeof(pending_counts));
+		s->next = sub_counts;
+		sub_counts = s;
+	}
+	else if ((event == SUBXACT_EVENT_COMMIT_SUB || event == SUBXACT_EVENT_ABORT_SUB) &&
+			 sub_counts != NULL && sub_counts->subid == mySubid)
+	{
+		s = sub_counts;
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+		{
+			memcpy(pending_counts, s->counts, sizeof(pending_counts));
+			if (pending_wake & PGQ_WAKE_ON_ABORT)
+				pgq_broadcast_claimers();
+		}
+		sub_counts = s->next;
+		pfree(s);
+	}
 }
 
 /*
