@@ -54,6 +54,7 @@ static SPIPlanPtr plan_push = NULL;
 static SPIPlanPtr plan_push_dedup = NULL;
 static SPIPlanPtr plan_find_dedup = NULL;
 static SPIPlanPtr plan_push_batch = NULL;
+static SPIPlanPtr plan_any_expired = NULL;
 static SPIPlanPtr plan_claim_stolen = NULL;
 static SPIPlanPtr plan_claim_any = NULL;
 static SPIPlanPtr plan_claim_queues = NULL;
@@ -646,16 +647,32 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	int			stolen;
 	int			fresh = 0;
 
+	Datum		now = TimestampTzGetDatum(GetCurrentTimestamp());
+	Oid			nowtype = TIMESTAMPTZOID;
+	bool		any_expired;
+
 	memcpy(a, args, sizeof(a));
 
 	SPI_connect();
+
+	/*
+	 * Expired leases are rare: look for one with a single index probe before
+	 * running the statement that steals (or fails) them.
+	 */
+	if (SPI_execute_plan(pgq_keep_plan(&plan_any_expired,
+									   "SELECT 1 FROM pgqueue.work_queue"
+									   " WHERE lock_timeout < $1 LIMIT 1",
+									   1, &nowtype),
+						 &now, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "pgqueue: lease lookup failed");
+	any_expired = (SPI_processed > 0);
 
 	/*
 	 * Jobs failed on their last try do not fill the claim: while some were
 	 * failed and there is room, look for more expired leases.
 	 */
 	stolen = 0;
-	for (;;)
+	while (any_expired)
 	{
 		int64		failed_before = failed;
 
