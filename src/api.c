@@ -54,7 +54,7 @@ static SPIPlanPtr plan_push = NULL;
 static SPIPlanPtr plan_push_dedup = NULL;
 static SPIPlanPtr plan_find_dedup = NULL;
 static SPIPlanPtr plan_push_batch = NULL;
-static SPIPlanPtr plan_any_expired = NULL;
+static SPIPlanPtr plan_first_deadline = NULL;
 static SPIPlanPtr plan_claim_stolen = NULL;
 static SPIPlanPtr plan_claim_any = NULL;
 static SPIPlanPtr plan_claim_queues = NULL;
@@ -647,8 +647,8 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	int			stolen;
 	int			fresh = 0;
 
-	Datum		now = TimestampTzGetDatum(GetCurrentTimestamp());
-	Oid			nowtype = TIMESTAMPTZOID;
+	Datum		deadline;
+	bool		isnull;
 	bool		any_expired;
 
 	memcpy(a, args, sizeof(a));
@@ -656,16 +656,17 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	SPI_connect();
 
 	/*
-	 * Expired leases are rare: look for one with a single index probe before
+	 * Expired leases are rare: look for one with a single index probe (min()
+	 * of work_queue_lease_idx, whatever the plan cache decides) before
 	 * running the statement that steals (or fails) them.
 	 */
-	if (SPI_execute_plan(pgq_keep_plan(&plan_any_expired,
-									   "SELECT 1 FROM pgqueue.work_queue"
-									   " WHERE lock_timeout < $1 LIMIT 1",
-									   1, &nowtype),
-						 &now, NULL, true, 1) != SPI_OK_SELECT)
+	if (SPI_execute_plan(pgq_keep_plan(&plan_first_deadline,
+									   "SELECT min(lock_timeout) FROM pgqueue.work_queue",
+									   0, NULL),
+						 NULL, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "pgqueue: lease lookup failed");
-	any_expired = (SPI_processed > 0);
+	deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	any_expired = !isnull && DatumGetTimestampTz(deadline) < GetCurrentTimestamp();
 
 	/*
 	 * Jobs failed on their last try do not fill the claim: while some were
@@ -701,7 +702,6 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 
 	if (stolen + fresh == 0 && next_expiry != NULL)
 	{
-		bool		isnull;
 		Datum		d;
 
 		if (SPI_execute_plan(pgq_keep_plan(&plan_next_expiry,
