@@ -53,7 +53,7 @@
 PGDLLEXPORT void pgq_scheduler_main(Datum main_arg);
 
 static void pgq_wait_for_database(int dbindex, const char *dbname);
-static bool pgq_database_exists(const char *dbname);
+static int	pgq_database_exists(const char *dbname);
 static int	pgq_run_pass(void);
 
 /*
@@ -86,6 +86,14 @@ pgq_scheduler_main(Datum main_arg)
 
 	/* the same fixed search_path as the SQL functions */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * A pass does not wait for its commit record to reach disk.  If the
+	 * server crashes first, the pass is lost as a whole and its jobs are
+	 * still pending; a claim of one of them commits synchronously, and so
+	 * flushes the pass's commit record (earlier in the WAL) with its own.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	pgq_scheduler_attach();
 
 	ereport(LOG,
@@ -94,7 +102,7 @@ pgq_scheduler_main(Datum main_arg)
 	for (;;)
 	{
 		int			moved = -1;
-		int			batch_size = pgqueue_batch_size;
+		int			batch_size;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -102,6 +110,7 @@ pgq_scheduler_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		batch_size = pgqueue_batch_size;	/* what this pass will use */
 
 		if (pgqueue_enabled)
 		{
@@ -172,17 +181,20 @@ pgq_run_pass(void)
 }
 
 /*
- * Whether database dbname exists.  Reads pg_database with a plain heap scan,
- * as the autovacuum launcher does: without a database we cannot use the
- * catalog caches.
+ * Whether database dbname exists: 1, or 0 when it does not, or -1 when it
+ * exists but does not allow connections (datallowconn; connecting would fail
+ * at every restart).  Reads pg_database with a plain heap scan, as the
+ * autovacuum launcher does: without a database we cannot use the catalog
+ * caches.
  */
-static bool
+static int
 pgq_database_exists(const char *dbname)
 {
 	Relation	rel;
 	TableScanDesc scan;
 	HeapTuple	tup;
 	bool		found = false;
+	int			result = 0;
 
 	StartTransactionCommand();
 	(void) GetTransactionSnapshot();
@@ -193,11 +205,13 @@ pgq_database_exists(const char *dbname)
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
 
 		found = (strcmp(NameStr(db->datname), dbname) == 0);
+		if (found)
+			result = db->datallowconn ? 1 : -1;
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
-	return found;
+	return result;
 }
 
 /*
@@ -208,12 +222,14 @@ pgq_database_exists(const char *dbname)
 static void
 pgq_wait_for_database(int dbindex, const char *dbname)
 {
-	bool		logged = false;
+	int			logged = 1;		/* what was last logged: 0 or -1 */
 
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	for (;;)
 	{
+		int			state;
+
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
@@ -221,19 +237,24 @@ pgq_wait_for_database(int dbindex, const char *dbname)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 
-		if (pgq_database_exists(dbname))
+		state = pgq_database_exists(dbname);
+
+		if (state > 0)
 		{
 			pgq_db_known(dbindex, 1);
 			proc_exit(1);		/* restart connected to the database */
 		}
-		if (!logged)
-		{
+		if (state != logged && state == 0)
 			ereport(LOG,
 					(errmsg("pgqueue scheduler: database \"%s\" named in pgqueue.database does not exist",
 							dbname),
 					 errhint("Create the database; its scheduler starts within seconds.")));
-			logged = true;
-		}
+		else if (state != logged)
+			ereport(LOG,
+					(errmsg("pgqueue scheduler: database \"%s\" named in pgqueue.database does not allow connections",
+							dbname),
+					 errhint("Its scheduler starts within seconds of ALTER DATABASE ... ALLOW_CONNECTIONS true.")));
+		logged = state;
 
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

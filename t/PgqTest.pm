@@ -1,0 +1,137 @@
+# Helpers shared by the pgqueue TAP tests (t/*.pl).
+#
+# Load with:
+#   use FindBin;
+#   use lib $FindBin::RealBin;
+#   use PgqTest;
+package PgqTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+our @EXPORT = qw(
+  pgq_node
+  scheduler_pid
+  wait_for_scheduler
+  scheduler_count
+  counter
+  wait_passes_stable
+  poll_start
+  log_count
+);
+
+# A new node that preloads pgqueue.  $conf is appended to postgresql.conf
+# after the defaults (pgqueue.database = 'postgres'), so it can override
+# them.  %init_opts go to init (allows_streaming => 1, ...).
+sub pgq_node
+{
+	my ($name, $conf, %init_opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(%init_opts);
+	$node->append_conf(
+		'postgresql.conf', qq{
+shared_preload_libraries = 'pgqueue'
+pgqueue.database = 'postgres'
+log_line_prefix = '%m [%p] %b '
+} . ($conf // ''));
+	return $node;
+}
+
+# SQL condition selecting the scheduler of database $db in pg_stat_activity
+# (a scheduler connected to no database yet when $db is undef).
+sub _sched_where
+{
+	my ($db) = @_;
+	return "backend_type = 'pgqueue scheduler' AND "
+	  . (defined $db ? "datname = '$db'" : "datname IS NULL");
+}
+
+# How many schedulers of database $db show in pg_stat_activity.
+sub scheduler_count
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE " . _sched_where($db));
+}
+
+# The pid of the one scheduler of database $db ('' when there is none).
+sub scheduler_pid
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql('postgres',
+		    "SELECT pid FROM pg_stat_activity WHERE "
+		  . _sched_where($db)
+		  . " ORDER BY pid LIMIT 1");
+}
+
+# Wait until exactly one scheduler of database $db shows in
+# pg_stat_activity, other than $not_pid when given; return its pid.
+# Also works while the server restarts (poll_query_until retries failed
+# connections).
+sub wait_for_scheduler
+{
+	my ($node, $db, $not_pid) = @_;
+	my $where = _sched_where($db);
+	$where .= " AND pid <> $not_pid" if $not_pid;
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE $where")
+	  or die "no scheduler for database " . ($db // '(none)');
+	return scheduler_pid($node, $db);
+}
+
+# One column of pgq_counters().
+sub counter
+{
+	my ($node, $db, $name) = @_;
+	return $node->safe_psql($db, "SELECT $name FROM pgq_counters()");
+}
+
+# Wait until pgq_counters().scheduler_passes stops moving (two reads
+# $gap_ms apart agree); return its value.
+sub wait_passes_stable
+{
+	my ($node, $db, $gap_ms) = @_;
+	$gap_ms //= 400;
+	my $prev = counter($node, $db, 'scheduler_passes');
+	for (1 .. 100)
+	{
+		usleep($gap_ms * 1000);
+		my $now = counter($node, $db, 'scheduler_passes');
+		return $now if $now == $prev;
+		$prev = $now;
+	}
+	die "scheduler_passes never stopped moving";
+}
+
+# Start a node whose previous postmaster was killed with SIGKILL: its
+# children may hold the old shared memory for a moment, so retry as core's
+# src/test/recovery/t/017_shm.pl does.
+sub poll_start
+{
+	my ($node) = @_;
+	my $max_attempts = 10 * $PostgreSQL::Test::Utils::timeout_default;
+	for (1 .. $max_attempts)
+	{
+		return 1 if $node->start(fail_ok => 1);
+		usleep(100_000);
+		$node->stop('fast', fail_ok => 1);
+	}
+	return $node->start;
+}
+
+# How many times $re matches in the server log, from byte $offset on.
+sub log_count
+{
+	my ($node, $re, $offset) = @_;
+	my $log = slurp_file($node->logfile, $offset // 0);
+	my $n = () = $log =~ /$re/g;
+	return $n;
+}
+
+1;
