@@ -70,7 +70,7 @@ extern bool pgq_shmem_available(void);
 extern void pgq_count(PgqCounter counter, int64 n);
 extern void pgq_count_now(PgqCounter counter, int64 n);
 extern void pgq_wake_at_commit(int what);
-extern void pgq_scheduler_attach(void);
+extern void pgq_scheduler_attach(int dbindex);
 extern bool pgq_db_known(int dbindex, int set);
 extern void pgq_prepare_wait(void);
 extern void pgq_wait_for_work(TimestampTz until);

@@ -40,8 +40,14 @@ PG_FUNCTION_INFO_V1(pgq_counters);
 /* Waiting claims without shared memory poll this often. */
 #define PGQ_POLL_MS 100
 
-/* Databases that can have waiting claims or a scheduler at once. */
-#define PGQ_DB_SLOTS 64
+/*
+ * Slots: the first PGQ_MAX_DATABASES are reserved for the databases of
+ * pgqueue.database, by their index there, so that a scheduler always finds
+ * one; the PGQ_SHARED_SLOTS after them go to other databases on first use
+ * (blocking claims there poll once they are all taken).
+ */
+#define PGQ_SHARED_SLOTS 64
+#define PGQ_DB_SLOTS (PGQ_MAX_DATABASES + PGQ_SHARED_SLOTS)
 
 typedef struct PgqDbSlot
 {
@@ -150,37 +156,38 @@ pgq_shmem_available(void)
 }
 
 /*
- * The slot of the current database, taking a free one on first use.  NULL
- * without shared memory or when all slots are taken (then claims poll).
+ * The slot of the current database.  When no slot has it yet, a scheduler
+ * (reserved >= 0: its index in pgqueue.database) takes its reserved slot and
+ * any other backend a free shared one.  NULL without shared memory or when
+ * every shared slot is taken (then claims poll).  The caller holds no lock.
  */
+static PgqDbSlot *
+pgq_find_slot(int reserved)
+{
+	int			i;
+	PgqDbSlot  *found = NULL;
+
+	SpinLockAcquire(&pgq_shared->mutex);
+	for (i = 0; i < PGQ_DB_SLOTS && found == NULL; i++)
+		if (pgq_shared->slots[i].dboid == MyDatabaseId)
+			found = &pgq_shared->slots[i];
+	if (found == NULL && reserved >= 0 && reserved < PGQ_MAX_DATABASES)
+		found = &pgq_shared->slots[reserved];
+	for (i = PGQ_MAX_DATABASES; i < PGQ_DB_SLOTS && found == NULL; i++)
+		if (pgq_shared->slots[i].dboid == InvalidOid)
+			found = &pgq_shared->slots[i];
+	if (found != NULL)
+		found->dboid = MyDatabaseId;
+	SpinLockRelease(&pgq_shared->mutex);
+	return found;
+}
+
+/* The slot of the current database for an ordinary backend, or NULL. */
 static PgqDbSlot *
 pgq_my_slot(void)
 {
-	int			i;
-	PgqDbSlot  *free_slot = NULL;
-
-	if (my_slot != NULL || pgq_shared == NULL || !OidIsValid(MyDatabaseId))
-		return my_slot;
-
-	SpinLockAcquire(&pgq_shared->mutex);
-	for (i = 0; i < PGQ_DB_SLOTS; i++)
-	{
-		PgqDbSlot  *slot = &pgq_shared->slots[i];
-
-		if (slot->dboid == MyDatabaseId)
-		{
-			my_slot = slot;
-			break;
-		}
-		if (slot->dboid == InvalidOid && free_slot == NULL)
-			free_slot = slot;
-	}
-	if (my_slot == NULL && free_slot != NULL)
-	{
-		free_slot->dboid = MyDatabaseId;
-		my_slot = free_slot;
-	}
-	SpinLockRelease(&pgq_shared->mutex);
+	if (my_slot == NULL && pgq_shared != NULL && OidIsValid(MyDatabaseId))
+		my_slot = pgq_find_slot(-1);
 	return my_slot;
 }
 
@@ -361,18 +368,15 @@ pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 /*
  * Make the calling scheduler the one whose latch committers of its database
- * set.  Called once by the scheduler after it connected.
+ * set.  Called once by the scheduler after it connected; dbindex is its
+ * index in pgqueue.database, whose reserved slot it takes if no backend
+ * of the database took a shared one first.
  */
 void
-pgq_scheduler_attach(void)
+pgq_scheduler_attach(int dbindex)
 {
-	PgqDbSlot  *slot = pgq_my_slot();
-
-	if (slot == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("pgqueue has no shared memory slot left for database %u", MyDatabaseId)));
-	slot->scheduler_procno = MyProc->pgprocno;
+	my_slot = pgq_find_slot(dbindex);
+	my_slot->scheduler_procno = MyProc->pgprocno;
 	before_shmem_exit(pgq_scheduler_detach, (Datum) 0);
 }
 

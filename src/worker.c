@@ -94,7 +94,7 @@ pgq_scheduler_main(Datum main_arg)
 	 * flushes the pass's commit record (earlier in the WAL) with its own.
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	pgq_scheduler_attach();
+	pgq_scheduler_attach(dbindex);
 
 	ereport(LOG,
 			(errmsg("pgqueue scheduler started for database \"%s\"", dbname)));
