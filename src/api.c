@@ -758,34 +758,47 @@ pgq_claim(PG_FUNCTION_ARGS)
 	nulls[3] = queues ? ' ' : 'n';
 
 	deadline = GetCurrentTimestamp() + wait_usecs;
-	if (wait_usecs > 0)
-		pgq_prepare_wait();
-	for (;;)
+	if (wait_usecs == 0 || IsolationUsesXactSnapshot())
 	{
-		TimestampTz next_expiry = 0;
-		TimestampTz now;
-		TimestampTz until;
-
-		if (pgq_claim_once(rsinfo, args, nulls, max_items, queues != NULL,
-						   wait_usecs > 0 ? &next_expiry : NULL) > 0)
-			break;
-		if (wait_usecs == 0 || IsolationUsesXactSnapshot())
-			break;
-		now = GetCurrentTimestamp();
-		if (now >= deadline)
-			break;
-
-		/*
-		 * Sleep until new work is published, the next lease of our queues
-		 * runs out (1 ms late, so that it has), or the deadline.
-		 */
-		until = deadline;
-		if (next_expiry > now && next_expiry + 1000 < until)
-			until = next_expiry + 1000;
-		pgq_wait_for_work(until);
+		pgq_claim_once(rsinfo, args, nulls, max_items, queues != NULL, NULL);
+		return (Datum) 0;
 	}
-	if (wait_usecs > 0)
-		pgq_end_wait();
+
+	/*
+	 * Wait for work: get on the condition variable's list before each look,
+	 * so that a wake-up between the look and the sleep is not lost.
+	 */
+	pgq_prepare_wait(queues != NULL);
+	PG_TRY();
+	{
+		for (;;)
+		{
+			TimestampTz next_expiry = 0;
+			TimestampTz now;
+			TimestampTz until;
+
+			if (pgq_claim_once(rsinfo, args, nulls, max_items, queues != NULL,
+							   &next_expiry) > 0)
+				break;
+			now = GetCurrentTimestamp();
+			if (now >= deadline)
+				break;
+
+			/*
+			 * Sleep until new work is published, the next lease of our
+			 * queues runs out (1 ms late, so that it has), or the deadline.
+			 */
+			until = deadline;
+			if (next_expiry > now && next_expiry + 1000 < until)
+				until = next_expiry + 1000;
+			pgq_wait_for_work(until);
+		}
+	}
+	PG_FINALLY();
+	{
+		pgq_end_wait(queues != NULL);
+	}
+	PG_END_TRY();
 
 	return (Datum) 0;
 }

@@ -70,11 +70,12 @@ extern bool pgq_shmem_available(void);
 extern void pgq_count(PgqCounter counter, int64 n);
 extern void pgq_count_now(PgqCounter counter, int64 n);
 extern void pgq_wake_at_commit(int what);
+extern void pgq_claimable_at_commit(int64 n);
 extern void pgq_scheduler_attach(int dbindex);
 extern bool pgq_db_known(int dbindex, int set);
-extern void pgq_prepare_wait(void);
+extern void pgq_prepare_wait(bool filtered);
 extern void pgq_wait_for_work(TimestampTz until);
-extern void pgq_end_wait(void);
+extern void pgq_end_wait(bool filtered);
 
 /* schedule.c; caller must be connected to SPI inside a transaction */
 extern int	pgq_schedule_pass(int max_items);

@@ -90,7 +90,7 @@ static const char *round_sql =
 "   WHERE a.queue IS NOT NULL AND NOT coalesce(s.paused, false)"
 "     AND a.queue <> ALL ($4::text[])),"
 " quota AS ("
-"  SELECT c.queue, c.weight,"
+"  SELECT c.queue, c.weight, c.room,"
 "         LEAST(c.room, CASE WHEN $3"
 "                            THEN ceil($1::numeric * c.weight / sum(c.weight) OVER ())::bigint"
 "                            ELSE $1::bigint END) AS lim"
@@ -125,11 +125,20 @@ static const char *round_sql =
 "  SELECT p.id, p.queue, (SELECT t.ts FROM t), p.batch_order"
 "    FROM pick p JOIN upd ON upd.id = p.id"
 "  RETURNING 1)"
-" SELECT count(*)::int FROM ins";
+" SELECT (SELECT count(*)::int FROM ins),"
+/* queues cut short by their fair share that may have more ready jobs */
+"        (SELECT count(*)::int"
+"           FROM quota k JOIN (SELECT c.queue, count(*) AS n FROM cand c GROUP BY c.queue) g"
+"             ON g.queue = k.queue"
+"          WHERE k.lim < k.room AND g.n >= k.lim)";
 
-/* Run one round; returns how many jobs it moved. */
+/*
+ * Run one round; returns how many jobs it moved, and sets *short_queues to
+ * the number of queues that got their whole fair share and may have more.
+ */
 static int
-pgq_schedule_round(int max_items, int order_base, bool fair, Datum busy)
+pgq_schedule_round(int max_items, int order_base, bool fair, Datum busy,
+				   int *short_queues)
 {
 	Oid			types[4] = {INT4OID, INT4OID, BOOLOID, TEXTARRAYOID};
 	Datum		args[4];
@@ -144,6 +153,8 @@ pgq_schedule_round(int max_items, int order_base, bool fair, Datum busy)
 						 args, NULL, false, 0) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "pgqueue: scheduling pass failed");
+	*short_queues = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 2, &isnull));
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 									   SPI_tuptable->tupdesc, 1, &isnull));
 }
@@ -159,20 +170,23 @@ pgq_schedule_pass(int max_items)
 	Datum		busy;
 	bool		isnull;
 	int			moved;
+	int			short_queues;
 
 	if (SPI_execute_plan(pgq_keep_plan(&plan_busy, busy_sql, 0, NULL),
 						 NULL, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "pgqueue: scheduling pass failed");
 	busy = PointerGetDatum(DatumGetArrayTypePCopy(SPI_getbinval(SPI_tuptable->vals[0],
 																SPI_tuptable->tupdesc, 1, &isnull)));
-	moved = pgq_schedule_round(max_items, 0, true, busy);
-	if (moved > 0 && moved < max_items)
-		moved += pgq_schedule_round(max_items - moved, moved, false, busy);
+	moved = pgq_schedule_round(max_items, 0, true, busy, &short_queues);
+	/* room left, and a queue that may have more than its share: round 2 */
+	if (moved < max_items && short_queues > 0)
+		moved += pgq_schedule_round(max_items - moved, moved, false, busy,
+									&short_queues);
 
 	if (moved > 0)
 	{
 		pgq_count(PGQ_SCHEDULED, moved);
-		pgq_wake_at_commit(PGQ_WAKE_CLAIMERS);
+		pgq_claimable_at_commit(moved);
 	}
 	return moved;
 }

@@ -54,6 +54,7 @@ typedef struct PgqDbSlot
 	Oid			dboid;			/* InvalidOid: free */
 	int			scheduler_procno;	/* pgprocno of its scheduler, or -1 */
 	ConditionVariable work_cv;	/* claims of this database sleep here */
+	pg_atomic_uint32 filtered_waiters;	/* of them, claims with a queues filter */
 } PgqDbSlot;
 
 typedef struct PgqShared
@@ -75,6 +76,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static int64 pending_counts[PGQ_NUM_COUNTERS];
 static bool pending_any = false;
 static int	pending_wake = 0;
+static int64 pending_claimable = 0;	/* jobs made claimable, if counted */
 
 /*
  * pending_counts as they were when each open subtransaction started, newest
@@ -143,6 +145,7 @@ pgq_shmem_startup(void)
 			pgq_shared->slots[i].dboid = InvalidOid;
 			pgq_shared->slots[i].scheduler_procno = -1;
 			ConditionVariableInit(&pgq_shared->slots[i].work_cv);
+			pg_atomic_init_u32(&pgq_shared->slots[i].filtered_waiters, 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -256,6 +259,38 @@ pgq_wake_at_commit(int what)
 	pending_wake |= what;
 }
 
+/*
+ * Ask that n waiting claims be woken at commit: the scheduling pass made n
+ * jobs claimable.  Waking them all (PGQ_WAKE_CLAIMERS) would make every
+ * waiter but n look in vain.
+ */
+void
+pgq_claimable_at_commit(int64 n)
+{
+	pending_claimable += n;
+}
+
+/*
+ * At commit: wake one waiting claim per job made claimable, or all of them
+ * when some wait with a queues filter (a claim woken for a job it does not
+ * take would leave it to sleep), when the count is large, or when it is not
+ * known (PGQ_WAKE_CLAIMERS).
+ */
+static void
+pgq_signal_claimers(PgqDbSlot *slot)
+{
+	if ((pending_wake & PGQ_WAKE_CLAIMERS) || pending_claimable > 32 ||
+		pg_atomic_read_u32(&slot->filtered_waiters) > 0)
+		ConditionVariableBroadcast(&slot->work_cv);
+	else
+	{
+		int64		i;
+
+		for (i = 0; i < pending_claimable; i++)
+			ConditionVariableSignal(&slot->work_cv);
+	}
+}
+
 /* Wake the claims of this database that wait for work. */
 static void
 pgq_broadcast_claimers(void)
@@ -299,7 +334,8 @@ pgq_xact_callback(XactEvent event, void *arg)
 						pg_atomic_fetch_add_u64(&pgq_shared->counters[i],
 												pending_counts[i]);
 
-			if (pending_wake != 0 && (slot = pgq_my_slot()) != NULL)
+			if ((pending_wake != 0 || pending_claimable > 0) &&
+				(slot = pgq_my_slot()) != NULL)
 			{
 				if (pending_wake & PGQ_WAKE_SCHEDULER)
 				{
@@ -308,8 +344,8 @@ pgq_xact_callback(XactEvent event, void *arg)
 					if (procno >= 0)
 						SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 				}
-				if (pending_wake & PGQ_WAKE_CLAIMERS)
-					pgq_broadcast_claimers();
+				if ((pending_wake & PGQ_WAKE_CLAIMERS) || pending_claimable > 0)
+					pgq_signal_claimers(slot);
 			}
 		}
 	}
@@ -330,6 +366,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 		memset(pending_counts, 0, sizeof(pending_counts));
 	pending_any = false;
 	pending_wake = 0;
+	pending_claimable = 0;
 	sub_counts = NULL;			/* freed with TopTransactionContext */
 }
 
@@ -412,12 +449,16 @@ pgq_db_known(int dbindex, int set)
  * work, so that a broadcast between the look and the sleep is not missed.
  */
 void
-pgq_prepare_wait(void)
+pgq_prepare_wait(bool filtered)
 {
 	PgqDbSlot  *slot = pgq_my_slot();
 
 	if (slot != NULL)
+	{
+		if (filtered)
+			pg_atomic_fetch_add_u32(&slot->filtered_waiters, 1);
 		ConditionVariablePrepareToSleep(&slot->work_cv);
+	}
 }
 
 /*
@@ -449,9 +490,16 @@ pgq_wait_for_work(TimestampTz until)
 	CHECK_FOR_INTERRUPTS();
 }
 
-/* Stop preparing to sleep (after the claim loop). */
+/*
+ * Stop waiting (after the claim loop, also when it failed); filtered as
+ * given to pgq_prepare_wait.
+ */
 void
-pgq_end_wait(void)
+pgq_end_wait(bool filtered)
 {
+	PgqDbSlot  *slot = pgq_my_slot();
+
 	ConditionVariableCancelSleep();
+	if (slot != NULL && filtered)
+		pg_atomic_fetch_sub_u32(&slot->filtered_waiters, 1);
 }
