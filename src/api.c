@@ -492,11 +492,12 @@ pgq_push_batch(PG_FUNCTION_ARGS)
  */
 
 /*
- * The end of every claim statement.  It expects CTE "t" (the claim time)
- * and CTE "c" (the locked work_queue rows to hand out, column id), bumps
+ * The end of every claim statement.  It expects CTE "c" (the locked
+ * work_queue rows to hand out, column id), bumps
  * tries and version of each job (the version returned is the job's, in
  * pgqueue.queue; work_queue.version counts the claims of the row), and sets
- * the lease.  $1 is the lock_key, $3 the lease.
+ * the lease.  $1 is the lock_key, $3 the lease, $5 the claim time (the
+ * real time, GetCurrentTimestamp(), when the claim began).
  *
  * Rows are updated through "id = ANY (ARRAY(...))", not a join with the
  * CTE: the planner cannot know how few rows a CTE holds and may choose a
@@ -510,9 +511,9 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	"  RETURNING q.id, q.queue, q.payload, q.tries, q.version)," \
 	" cw AS (" \
 	"  UPDATE pgqueue.work_queue w" \
-	"     SET lock_key = $1, started = t.ts, lock_timeout = t.ts + $3," \
+	"     SET lock_key = $1, started = $5, lock_timeout = $5 + $3," \
 	"         version = w.version + 1" \
-	"    FROM t WHERE w.id = ANY (ARRAY(SELECT c.id FROM c))" \
+	"   WHERE w.id = ANY (ARRAY(SELECT c.id FROM c))" \
 	"  RETURNING w.id, w.lock_timeout, w.created, w.batch_order)"
 
 #define CLAIM_RESULT \
@@ -521,8 +522,6 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	"   FROM cj JOIN cw ON cw.id = cj.id" \
 	"  ORDER BY cw.created, cw.batch_order"
 
-#define CLAIM_TIME \
-	"WITH t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts),"
 
 /*
  * Jobs whose lease ran out, oldest deadline first.  Those on their last try
@@ -531,11 +530,10 @@ pgq_push_batch(PG_FUNCTION_ARGS)
  * number failed, with a NULL id when nothing was claimed.
  */
 static const char *claim_stolen_sql =
-CLAIM_TIME
-" e AS ("
+"WITH e AS ("
 "  SELECT w.id, w.lock_key AS old_key"
 "    FROM pgqueue.work_queue w"
-"   WHERE w.lock_timeout < (SELECT t.ts FROM t)"
+"   WHERE w.lock_timeout < $5"
 "     AND ($4::text[] IS NULL OR w.queue = ANY ($4::text[]))"
 "   ORDER BY w.lock_timeout"
 "   LIMIT $2"
@@ -569,8 +567,7 @@ CLAIM_UPDATES
 
 /* Never-claimed (or released) rows of any queue, in scheduling order. */
 static const char *claim_any_sql =
-CLAIM_TIME
-" c AS ("
+"WITH c AS ("
 "  SELECT w.id FROM pgqueue.work_queue w"
 "   WHERE w.lock_timeout IS NULL"
 "   ORDER BY w.created, w.batch_order"
@@ -584,8 +581,7 @@ CLAIM_RESULT;
  * work_queue_queue_ready_idx, merged in scheduling order.
  */
 static const char *claim_queues_sql =
-CLAIM_TIME
-" c AS ("
+"WITH c AS ("
 "  SELECT x.id"
 "    FROM (SELECT DISTINCT f.name FROM pg_catalog.unnest($4::text[]) AS f (name)) f"
 "   CROSS JOIN LATERAL ("
@@ -632,7 +628,8 @@ pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed)
 
 /*
  * One claim attempt: steal expired leases first, then take never-claimed
- * rows.  args are ($1 lock_key, $2 max_items, $3 lease, $4 queues).  When
+ * rows.  args and nulls are ($1 lock_key, $2 max_items, $3 lease,
+ * $4 queues).  When
  * nothing was claimable and next_expiry is not NULL, sets *next_expiry to
  * the earliest live lease deadline (or 0 when there is none), so that a
  * waiting claim knows when a steal becomes possible.
@@ -641,17 +638,22 @@ static int
 pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 			   int max_items, bool filtered, TimestampTz *next_expiry)
 {
-	Oid			types[4] = {TEXTOID, INT4OID, INTERVALOID, TEXTARRAYOID};
-	Datum		a[4];
+	Oid			types[5] = {TEXTOID, INT4OID, INTERVALOID, TEXTARRAYOID, TIMESTAMPTZOID};
+	Datum		a[5];
+	char		n[5];
 	int64		failed = 0;
 	int			stolen;
 	int			fresh = 0;
-
+	TimestampTz now = GetCurrentTimestamp();
 	Datum		deadline;
 	bool		isnull;
 	bool		any_expired;
 
-	memcpy(a, args, sizeof(a));
+	/* $1 .. $4 as given, $5 the claim time */
+	memcpy(a, args, sizeof(Datum) * 4);
+	memcpy(n, nulls, 4);
+	a[4] = TimestampTzGetDatum(now);
+	n[4] = ' ';
 
 	SPI_connect();
 
@@ -666,7 +668,7 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 						 NULL, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "pgqueue: lease lookup failed");
 	deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	any_expired = !isnull && DatumGetTimestampTz(deadline) < GetCurrentTimestamp();
+	any_expired = !isnull && DatumGetTimestampTz(deadline) < now;
 
 	/*
 	 * Jobs failed on their last try do not fill the claim: while some were
@@ -678,8 +680,8 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 		int64		failed_before = failed;
 
 		a[1] = Int32GetDatum(max_items - stolen);
-		if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen, claim_stolen_sql, 4, types),
-							 a, nulls, false, 0) != SPI_OK_SELECT)
+		if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen, claim_stolen_sql, 5, types),
+							 a, n, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "pgqueue: claim of expired leases failed");
 		stolen += pgq_claim_put(rsinfo, &failed);
 		if (failed == failed_before || stolen >= max_items)
@@ -692,10 +694,10 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 
 		a[1] = Int32GetDatum(max_items - stolen);
 		if (filtered)
-			plan = pgq_keep_plan(&plan_claim_queues, claim_queues_sql, 4, types);
+			plan = pgq_keep_plan(&plan_claim_queues, claim_queues_sql, 5, types);
 		else
-			plan = pgq_keep_plan(&plan_claim_any, claim_any_sql, 4, types);
-		if (SPI_execute_plan(plan, a, nulls, false, 0) != SPI_OK_SELECT)
+			plan = pgq_keep_plan(&plan_claim_any, claim_any_sql, 5, types);
+		if (SPI_execute_plan(plan, a, n, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "pgqueue: claim failed");
 		fresh = pgq_claim_put(rsinfo, &failed);
 	}
