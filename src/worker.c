@@ -50,6 +50,13 @@
 /* How often a worker whose database is missing looks again. */
 #define PGQ_DB_RECHECK_MS 1000
 
+/*
+ * A wake-up within PGQ_GATHER_WINDOW_MS of the end of the last pass waits
+ * PGQ_GATHER_MS before the next pass (see the main loop).
+ */
+#define PGQ_GATHER_WINDOW_MS 5
+#define PGQ_GATHER_MS 2
+
 PGDLLEXPORT void pgq_scheduler_main(Datum main_arg);
 
 static void pgq_wait_for_database(int dbindex, const char *dbname);
@@ -103,6 +110,8 @@ pgq_scheduler_main(Datum main_arg)
 	{
 		int			moved = -1;
 		int			batch_size;
+		int			rc;
+		TimestampTz last_pass_end;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -143,11 +152,28 @@ pgq_scheduler_main(Datum main_arg)
 		if (moved >= batch_size)
 			continue;
 
-		(void) WaitLatch(MyLatch,
-						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 pgqueue_naptime,
-						 PG_WAIT_EXTENSION);
+		last_pass_end = GetCurrentTimestamp();
+		rc = WaitLatch(MyLatch,
+					   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   pgqueue_naptime,
+					   PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+
+		/*
+		 * Woken by a commit right after the last pass: jobs are arriving
+		 * faster than passes can take them one or two at a time.  Let more
+		 * arrive before the next pass, so that a pass (a transaction and a
+		 * few statements) is paid for by many jobs.  At a low rate, when
+		 * latency is what counts, the next pass runs at once.
+		 */
+		if ((rc & WL_LATCH_SET) &&
+			!TimestampDifferenceExceeds(last_pass_end, GetCurrentTimestamp(),
+										PGQ_GATHER_WINDOW_MS))
+		{
+			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 PGQ_GATHER_MS, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
 	}
 }
 
