@@ -1,0 +1,539 @@
+"""Runs the benchmark workloads against the systems; called by run.sh once the
+harness's own server is up.  Writes raw results (JSON lines + meta) and then
+the markdown report (report.py).
+
+Workloads (see README.md):
+  a  steady state, 2 producers + 4 consumers
+  b  drain a preloaded backlog with 4 consumers
+  c  push-commit -> claimed latency at ~100 jobs/s       (latency.py)
+  d  claim+ack latency on a backlog / with jobs in flight (latency.py)
+  e  batches: claim 10, claim 100, push 100 per transaction
+  f  steady state while a REPEATABLE READ snapshot is held open
+
+Every run of a workload on a system starts from a reset system (TRUNCATE,
+VACUUM ANALYZE, CHECKPOINT); rounds are interleaved sys1 sys2 ... sys1 sys2.
+Finished jobs are counted from the tables (rows deleted from the job table,
+cross-checked against rows pushed minus rows left), never from pgbench's
+transaction count, which includes empty polls.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import threading
+import time
+import traceback
+
+import psycopg
+
+import latency
+import report
+import systems
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
+
+# Sizes and rounds.  Long workloads get fewer rounds.
+FULL = {
+    "a": {"duration": 20, "rounds": 3},
+    "b": {"jobs": 100000, "rounds": 3},
+    "c": {"jobs": 1000, "rate": 100, "rounds": 3},
+    "d": {"backlogs": [1000, 100000, 1000000], "calls": 1000, "in_flight": 10000,
+          "in_flight_backlog": 100000, "rounds": 2, "rounds_1m": 1},
+    "e": {"jobs": 200000, "push_duration": 20, "rounds": 3},
+    "f": {"warm": 10, "hold": 120, "after": 25, "window": 20, "rounds": 1},
+}
+QUICK = {
+    "a": {"duration": 5, "rounds": 1},
+    "b": {"jobs": 10000, "rounds": 1},
+    "c": {"jobs": 200, "rate": 100, "rounds": 1},
+    "d": {"backlogs": [1000, 100000], "calls": 200, "in_flight": 10000,
+          "in_flight_backlog": 100000, "rounds": 1, "rounds_1m": 1},
+    "e": {"jobs": 20000, "push_duration": 5, "rounds": 1},
+    "f": {"warm": 3, "hold": 20, "after": 8, "window": 10, "rounds": 1},
+}
+PRODUCERS, CONSUMERS = 2, 4
+DRAIN_MAX_S = 900
+
+
+def log(msg):
+    print("[%s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+def human(n):
+    for div, suffix in ((1000000, "M"), (1000, "k")):
+        if n >= div and n % div == 0:
+            return "%d%s" % (n // div, suffix)
+    return str(n)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.conf = QUICK if args.quick else FULL
+        self.cfg = {"host": args.host, "port": args.port, "user": args.user, "dbname": args.dbname}
+        self.workdir = args.workdir
+        self.logdir = os.path.join(self.workdir, "pgbench-logs")
+        os.makedirs(self.logdir, exist_ok=True)
+        self.admin = systems.connect(self.cfg, app="bench-admin")
+        self.results = []
+        self.notes = []
+        self.systems = []
+        self.raw = open(args.raw, "w")
+        self.run_no = 0
+        self.procs = []         # pgbench processes of the current run
+
+    # -- pgbench ---------------------------------------------------------------
+    def pgbench(self, sysobj, role, clients, duration, defines=None, tag=""):
+        script = sysobj.script(role)
+        cmd = [PGBENCH, "-n", "-h", self.cfg["host"], "-p", str(self.cfg["port"]),
+               "-U", self.cfg["user"], "-M", "prepared", "-c", str(clients),
+               "-j", str(min(clients, 2)), "-T", str(duration), "-f", script]
+        for k, v in (defines or {}).items():
+            cmd += ["-D", "%s=%s" % (k, v)]
+        cmd.append(self.cfg["dbname"])
+        env = dict(os.environ, PGOPTIONS="-c search_path=%s" % sysobj.search_path)
+        self.run_no += 1
+        path = os.path.join(self.logdir, "%03d-%s-%s-%s.log" % (self.run_no, sysobj.key, tag, role))
+        out = open(path, "w")
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        self.procs.append(proc)
+        return proc, path
+
+    @staticmethod
+    def pgbench_result(proc, path, killed=False):
+        rc = proc.wait()
+        with open(path) as f:
+            text = f.read()
+        m = re.search(r"number of transactions actually processed: (\d+)", text)
+        aborted = [line for line in text.splitlines() if "aborted" in line or "ERROR" in line]
+        if (rc != 0 and not killed) or aborted:
+            raise RuntimeError("pgbench failed (rc=%s, log %s):\n%s" % (rc, path, "\n".join(aborted[:5]) or text[-2000:]))
+        return int(m.group(1)) if m else None
+
+    @staticmethod
+    def stop_pgbench(proc):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    # -- bookkeeping -----------------------------------------------------------
+    def record(self, workload, case, sysobj, rnd, metrics, extra=None):
+        rec = {"workload": workload, "case": case, "system": sysobj.key, "round": rnd,
+               "metrics": metrics, "extra": extra or {}}
+        self.results.append(rec)
+        self.raw.write(json.dumps(rec) + "\n")
+        self.raw.flush()
+        shown = ", ".join("%s=%s" % (k, report.fmt(v)) for k, v in metrics.items())
+        log("  %-5s %-28s round %d: %s" % (sysobj.key, case, rnd, shown))
+
+    def record_error(self, workload, case, sysobj, rnd, err):
+        rec = {"workload": workload, "case": case, "system": sysobj.key, "round": rnd,
+               "error": str(err)}
+        self.results.append(rec)
+        self.raw.write(json.dumps(rec) + "\n")
+        self.raw.flush()
+        log("  %-5s %-28s round %d: ERROR %s" % (sysobj.key, case, rnd, err))
+
+    def run_one(self, workload, case, sysobj, rnd, fn):
+        """Reset the system, run fn, record its result (or its error), clean up."""
+        try:
+            sysobj.reset(self.admin)
+            sysobj.start_background()
+            metrics, extra = fn()
+            self.record(workload, case, sysobj, rnd, metrics, extra)
+        except Exception as e:  # noqa: BLE001 - one failed run must not stop the rest
+            traceback.print_exc()
+            self.record_error(workload, case, sysobj, rnd, e)
+            self.admin = self.reconnect(self.admin)
+        finally:
+            for proc in self.procs:
+                self.stop_pgbench(proc)
+            self.procs = []
+            try:
+                sysobj.stop_background()
+                self.admin.execute("TRUNCATE %s CASCADE" % ", ".join(sysobj.tables))
+            except Exception as e:  # noqa: BLE001
+                log("  cleanup of %s failed: %s" % (sysobj.key, e))
+
+    def reconnect(self, conn):
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+        return systems.connect(self.cfg, app="bench-admin")
+
+    def rounds(self, workload, case, n_rounds, fn_for_system):
+        for rnd in range(1, n_rounds + 1):
+            for s in self.systems:
+                self.run_one(workload, case, s, rnd, lambda s=s: fn_for_system(s))
+
+    # -- building blocks -------------------------------------------------------
+    def load_backlog(self, sysobj, n):
+        t0 = time.monotonic()
+        sysobj.preload(self.admin, n)
+        t1 = time.monotonic()
+        sysobj.wait_scheduled(self.admin)
+        t2 = time.monotonic()
+        sysobj.vacuum(self.admin)
+        return {"load_s": round(t1 - t0, 2), "schedule_wait_s": round(t2 - t1, 2)}
+
+    def steady(self, sysobj, duration):
+        d0 = sysobj.deletes(self.admin)
+        prod, prod_log = self.pgbench(sysobj, "produce", PRODUCERS, duration, tag="steady")
+        cons, cons_log = self.pgbench(sysobj, "consume", CONSUMERS, duration, tag="steady")
+        pushes = self.pgbench_result(prod, prod_log)
+        self.pgbench_result(cons, cons_log)
+        finished = sysobj.settled_deletes(self.admin) - d0
+        left = sysobj.remaining(self.admin)
+        check = pushes - left
+        extra = {"finished": finished, "pushes": pushes, "left": left, "pushes_minus_left": check}
+        if abs(check - finished) > max(10, 0.01 * finished):
+            note = ("%s steady state: deleted rows (%d) and pushes minus rows left (%d) differ"
+                    % (sysobj.key, finished, check))
+            self.notes.append(note)
+            log("  WARNING: " + note)
+        return {"jobs_per_s": finished / duration, "pushed_per_s": pushes / duration,
+                "backlog_end": left}, extra
+
+    def drain(self, sysobj, n, role, defines=None, tag="drain"):
+        extra = self.load_backlog(sysobj, n)
+        before = sysobj.remaining(self.admin)
+        t0 = time.monotonic()
+        cons, cons_log = self.pgbench(sysobj, role, CONSUMERS, DRAIN_MAX_S, defines, tag=tag)
+        while True:
+            time.sleep(0.02)
+            if sysobj.is_empty(self.admin):
+                t1 = time.monotonic()
+                break
+            if cons.poll() is not None:
+                t1 = time.monotonic()
+                break
+        self.stop_pgbench(cons)
+        self.pgbench_result(cons, cons_log, killed=True)
+        left = sysobj.remaining(self.admin)
+        if left:
+            raise RuntimeError("drain stopped with %d jobs left (log %s)" % (left, cons_log))
+        extra.update({"jobs": before - left, "seconds": round(t1 - t0, 2)})
+        return {"jobs_per_s": (before - left) / (t1 - t0)}, extra
+
+    def push_batches(self, sysobj, duration, batch):
+        c0 = sysobj.remaining(self.admin)
+        prod, prod_log = self.pgbench(sysobj, "push_batch", PRODUCERS, duration,
+                                      {"batch": batch}, tag="push%d" % batch)
+        txs = self.pgbench_result(prod, prod_log)
+        pushed = sysobj.remaining(self.admin) - c0
+        return {"jobs_per_s": pushed / duration}, {"jobs": pushed, "transactions": txs}
+
+    def hold(self, sysobj, c):
+        """(f): steady state with a REPEATABLE READ snapshot held open."""
+        warm, hold, after, window = c["warm"], c["hold"], c["after"], c["window"]
+        total = warm + hold + after
+        samples = []
+        stop = threading.Event()
+
+        def sampler():
+            with systems.connect(self.cfg, app="bench-sampler") as sc:
+                while not stop.is_set():
+                    samples.append((time.monotonic(), sysobj.deletes(sc)))
+                    stop.wait(0.5)
+
+        th = threading.Thread(target=sampler, daemon=True)
+        th.start()
+        holder = None
+        try:
+            t0 = time.monotonic()
+            prod, prod_log = self.pgbench(sysobj, "produce", PRODUCERS, total, tag="hold")
+            cons, cons_log = self.pgbench(sysobj, "consume", CONSUMERS, total, tag="hold")
+            time.sleep(max(0.0, t0 + warm - time.monotonic()))
+            holder = systems.connect(self.cfg, sysobj.search_path, autocommit=False, app="bench-holder")
+            holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            holder.execute("SELECT count(*) FROM %s" % sysobj.job_table).fetchone()
+            h0 = time.monotonic()
+            time.sleep(max(0.0, h0 + hold - time.monotonic()))
+            dead = sysobj.dead_tuples(self.admin)
+            size = sysobj.total_size(self.admin)
+            holder.commit()
+            h1 = time.monotonic()
+            pushes = self.pgbench_result(prod, prod_log)
+            self.pgbench_result(cons, cons_log)
+            time.sleep(1.5)
+        finally:
+            if holder is not None:
+                holder.close()
+            stop.set()
+            th.join()
+
+        def rate(ta, tb):
+            return (interp(samples, tb) - interp(samples, ta)) / (tb - ta)
+
+        after_w = min(window, max(1.0, after - 3))
+        metrics = {
+            "before_jobs_per_s": rate(t0 + 2, h0),
+            "hold_first_jobs_per_s": rate(h0, h0 + window),
+            "hold_last_jobs_per_s": rate(h1 - window, h1),
+            "after_jobs_per_s": rate(h1, h1 + after_w),
+            "dead_tuples": dead,
+            "size_mb": size / 1048576.0,
+        }
+        extra = {"pushes": pushes, "left": sysobj.remaining(self.admin),
+                 "hold_s": round(h1 - h0, 1), "window_s": window, "after_window_s": after_w}
+        return metrics, extra
+
+    # -- workloads -------------------------------------------------------------
+    def wl_a(self):
+        c = self.conf["a"]
+        self.rounds("a", "steady", c["rounds"], lambda s: self.steady(s, c["duration"]))
+
+    def wl_b(self):
+        c = self.conf["b"]
+        self.rounds("b", "drain %s" % human(c["jobs"]), c["rounds"],
+                    lambda s: self.drain(s, c["jobs"], "consume"))
+
+    def wl_c(self):
+        c = self.conf["c"]
+
+        def one(s):
+            r = latency.push_to_claim(self.cfg, s, c["jobs"], c["rate"])
+            metrics = {"p50_ms": r.pop("p50_ms"), "p99_ms": r.pop("p99_ms")}
+            return metrics, r
+
+        self.rounds("c", "push to claim", c["rounds"], one)
+
+    def wl_d(self):
+        c = self.conf["d"]
+
+        # The backlog stays at least n while the calls consume jobs.
+        extra_jobs = c["calls"] + latency.WARMUP_JOBS
+
+        def backlog(s, n):
+            extra = self.load_backlog(s, n + extra_jobs)
+            r = latency.claim_ack(self.cfg, s, c["calls"])
+            metrics = {"p50_ms": r.pop("p50_ms"), "p99_ms": r.pop("p99_ms")}
+            r.update(extra)
+            return metrics, r
+
+        def in_flight(s):
+            extra = self.load_backlog(s, c["in_flight_backlog"] + c["in_flight"] + extra_jobs)
+            with systems.connect(self.cfg, s.search_path, app="bench-holder") as hc:
+                held = s.hold_in_flight(hc, c["in_flight"])
+            if held != c["in_flight"]:
+                raise RuntimeError("could only claim %d of %d jobs to hold" % (held, c["in_flight"]))
+            r = latency.claim_ack(self.cfg, s, c["calls"])
+            metrics = {"p50_ms": r.pop("p50_ms"), "p99_ms": r.pop("p99_ms")}
+            r.update(extra)
+            r["held"] = held
+            return metrics, r
+
+        for n in c["backlogs"]:
+            rounds = c["rounds_1m"] if n >= 1000000 else c["rounds"]
+            self.rounds("d", "backlog %s" % human(n), rounds, lambda s, n=n: backlog(s, n))
+        self.rounds("d", "backlog %s + %s in flight" % (human(c["in_flight_backlog"]), human(c["in_flight"])),
+                    c["rounds"], in_flight)
+
+    def wl_e(self):
+        c = self.conf["e"]
+        for batch in (10, 100):
+            self.rounds("e", "claim %d, drain %s" % (batch, human(c["jobs"])), c["rounds"],
+                        lambda s, b=batch: self.drain(s, c["jobs"], "consume_batch", {"batch": b},
+                                                      tag="claim%d" % b))
+        self.rounds("e", "push 100 per transaction", c["rounds"],
+                    lambda s: self.push_batches(s, c["push_duration"], 100))
+
+    def wl_f(self):
+        c = self.conf["f"]
+        self.rounds("f", "snapshot held %d s" % c["hold"], c["rounds"], lambda s: self.hold(s, c))
+
+    # -- setup -----------------------------------------------------------------
+    def setup_systems(self, keys):
+        for k in keys:
+            cls = systems.ALL[k]
+            if k == "4" and not self.prepare_pgqueue():
+                continue
+            s = cls(self.cfg)
+            log("setting up %s" % s.key)
+            s.setup(self.admin)
+            self.systems.append(s)
+        if self.systems and self.systems[-1].key == "sys4":
+            self.check_pgqueue(self.systems[-1])
+
+    def prepare_pgqueue(self):
+        a = self.args
+        if a.mock_pgqueue:
+            self.cfg.update(mock_pgqueue=True, pgq_push_batch=True, pgq_ack_batch=True)
+            self.notes.append("sys4 is the MOCK pgqueue (bench/test/mock_pgqueue.sql, plpgsql, "
+                              "1 s polling scheduler): a harness self-test, NOT pgqueue's figures.")
+            return True
+        if a.pgqueue_status != "preloaded":
+            self.notes.append("sys4 (pgqueue) SKIPPED: %s" % a.pgqueue_reason)
+            log(self.notes[-1])
+            return False
+        try:
+            self.admin.execute("CREATE EXTENSION IF NOT EXISTS pgqueue")
+        except Exception as e:  # noqa: BLE001
+            self.notes.append("sys4 (pgqueue) SKIPPED: CREATE EXTENSION pgqueue failed: %s" % e)
+            log(self.notes[-1])
+            self.admin = self.reconnect(self.admin)
+            return False
+        schema = systems.scalar(self.admin, "SELECT extnamespace::regnamespace::text FROM pg_extension "
+                                            "WHERE extname = 'pgqueue'")
+        version = systems.scalar(self.admin, "SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'")
+
+        def has(fn, types):
+            return bool(systems.scalar(self.admin, """
+                SELECT EXISTS (SELECT 1 FROM pg_proc
+                                WHERE proname = %s AND pronamespace = %s::regnamespace
+                                  AND pronargs >= 2 AND proargtypes[0] = %s::regtype
+                                  AND proargtypes[1] = %s::regtype)""",
+                                       (fn, schema, types[0], types[1])))
+
+        self.cfg.update(pgqueue_schema=schema,
+                        pgq_push_batch=has("pgq_push_batch", ["text", "jsonb[]"]),
+                        pgq_ack_batch=has("pgq_ack_batch", ["uuid[]", "text"]))
+        self.notes.append("pgqueue %s in schema %s; pushing 100 per transaction uses %s; "
+                          "batch acks use %s." % (
+                              version, schema,
+                              "pgq_push_batch(queue, jsonb[])" if self.cfg["pgq_push_batch"]
+                              else "SELECT pgq_push(...) FROM generate_series(...)",
+                              "pgq_ack_batch(ids, lock_key)" if self.cfg["pgq_ack_batch"]
+                              else "one pgq_ack per job in one transaction"))
+        return True
+
+    def check_pgqueue(self, s):
+        """Functional check: a pushed job gets scheduled by the worker."""
+        try:
+            s.reset(self.admin)
+            s.start_background()
+            if not s.mock:
+                deadline = time.monotonic() + 10
+                while True:
+                    workers = systems.scalar(self.admin, "SELECT count(*) FROM pg_stat_activity "
+                                                         "WHERE backend_type = 'pgqueue scheduler' "
+                                                         "AND datname = %s", (self.cfg["dbname"],))
+                    if workers or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.2)
+                log("pgqueue scheduler backends in database %s: %s" % (self.cfg["dbname"], workers))
+                if not workers:
+                    self.notes.append("no backend with backend_type 'pgqueue scheduler' was seen in "
+                                      "database %s" % self.cfg["dbname"])
+            with systems.connect(self.cfg, s.search_path) as c:
+                s.push_one(c)
+                deadline = time.monotonic() + 15
+                while s.has_pending(c) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                ok = not s.has_pending(c)
+            if not ok:
+                raise RuntimeError("a pushed job was not scheduled within 15 s: is the pgqueue "
+                                   "scheduler running for database %s?" % self.cfg["dbname"])
+            s.stop_background()
+            s.reset(self.admin)
+        except Exception as e:  # noqa: BLE001
+            self.notes.append("sys4 (pgqueue) SKIPPED: %s" % e)
+            log(self.notes[-1])
+            self.admin = self.reconnect(self.admin)
+            s.stop_background()
+            self.systems.remove(s)
+
+    def meta(self, started, finished):
+        info = {}
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"model name\s*:\s*(.*)", f.read())
+            info["cpu"] = m.group(1).strip() if m else platform.processor()
+        with open("/proc/meminfo") as f:
+            m = re.search(r"MemTotal:\s*(\d+) kB", f.read())
+            info["memory"] = "%.1f GiB" % (int(m.group(1)) / 1048576.0) if m else "?"
+        info["nproc"] = os.cpu_count()
+        info["kernel"] = platform.release()
+        info["postgres"] = systems.scalar(self.admin, "SELECT version()")
+        rows = self.admin.execute(
+            "SELECT name, current_setting(name) FROM pg_settings WHERE name IN ('shared_buffers', "
+            "'synchronous_commit', 'fsync', 'max_connections', 'shared_preload_libraries', "
+            "'wal_level', 'max_wal_size', 'autovacuum', 'full_page_writes') OR name LIKE 'pgqueue.%%' "
+            "ORDER BY name").fetchall()
+        settings = dict(rows)
+        with open(self.args.settings) as f:
+            conf_text = f.read()
+        return {
+            "mode": "quick" if self.args.quick else "full",
+            "command": self.args.command,
+            "started": started, "finished": finished,
+            "machine": info, "settings": settings, "conf_file": conf_text,
+            "systems": {s.key: s.title for s in self.systems},
+            "notes": self.notes + [s.in_flight_note for s in self.systems if s.in_flight_note],
+            "conf": self.conf,
+            "producers": PRODUCERS, "consumers": CONSUMERS,
+        }
+
+
+def interp(samples, t):
+    """Linear interpolation of (time, value) samples at time t."""
+    if t <= samples[0][0]:
+        return samples[0][1]
+    for (ta, va), (tb, vb) in zip(samples, samples[1:]):
+        if ta <= t <= tb:
+            return va + (vb - va) * (t - ta) / (tb - ta) if tb > ta else vb
+    return samples[-1][1]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--user", default="postgres")
+    p.add_argument("--dbname", default="bench")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", default="a,b,c,d,e,f")
+    p.add_argument("--systems", default="1,2,3,4")
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--settings", required=True, help="the server settings file")
+    p.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    p.add_argument("--raw", default=os.path.join(HERE, "results.jsonl"))
+    p.add_argument("--command", default="bash bench/run.sh")
+    p.add_argument("--pgqueue-status", default="absent")
+    p.add_argument("--pgqueue-reason", default="pgqueue is not installed")
+    p.add_argument("--mock-pgqueue", action="store_true")
+    args = p.parse_args()
+
+    workloads = [w.strip() for w in args.only.split(",") if w.strip()]
+    keys = [k.strip().replace("sys", "") for k in args.systems.split(",") if k.strip()]
+    bad = [w for w in workloads if w not in "abcdef" or len(w) != 1] + [k for k in keys if k not in systems.ALL]
+    if bad:
+        p.error("unknown workload or system: %s" % ", ".join(bad))
+
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    b = Bench(args)
+    b.setup_systems(keys)
+    if not b.systems:
+        raise SystemExit("no system to benchmark")
+    log("systems: %s; workloads: %s; mode: %s" % (", ".join(s.key for s in b.systems),
+                                                   ",".join(workloads), "quick" if args.quick else "full"))
+    for w in "abcdef":
+        if w in workloads:
+            t = time.monotonic()
+            log("workload (%s)" % w)
+            getattr(b, "wl_" + w)()
+            log("workload (%s) took %.0f s" % (w, time.monotonic() - t))
+    finished = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    meta = b.meta(started, finished)
+    with open(args.raw + ".meta.json", "w") as f:
+        json.dump(meta, f, indent=1)
+    b.raw.close()
+    text = report.render(meta, b.results)
+    with open(args.out, "w") as f:
+        f.write(text)
+    log("wrote %s and %s" % (args.out, args.raw))
+
+
+if __name__ == "__main__":
+    main()

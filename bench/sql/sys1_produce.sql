@@ -1,0 +1,2 @@
+-- sys1 producer: one job per transaction.
+INSERT INTO jobs (payload) VALUES ('{"task": "send_email", "to": "user@example.com", "template": "welcome"}');

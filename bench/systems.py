@@ -1,0 +1,402 @@
+"""The four queue systems under test, as the harness drives them.
+
+Each system lives in its own schema of the `bench` database and knows:
+  - how to create itself (sql/sysN_schema.sql) and reset itself between runs,
+  - its pgbench scripts (sql/sysN_<role>.sql),
+  - how to bulk-load a backlog and wait until its scheduler (if it has one)
+    has scheduled it,
+  - how to count finished jobs from its tables (deletes from its job table,
+    read from pg_stat_user_tables), and how many jobs are left,
+  - one-job push / claim / ack calls for the latency workloads (latency.py).
+
+The SQL in the Python calls below is the same as in the pgbench scripts.
+"""
+
+import os
+import threading
+import time
+
+import psycopg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SQL_DIR = os.path.join(HERE, "sql")
+PAYLOAD = '{"task": "send_email", "to": "user@example.com", "template": "welcome"}'
+
+
+def connect(cfg, search_path=None, autocommit=True, app="pgqueue-bench"):
+    """A connection to the harness's own server (unix socket)."""
+    options = "-c search_path=%s" % search_path.replace(" ", "") if search_path else None
+    kw = dict(host=cfg["host"], port=cfg["port"], user=cfg["user"],
+              dbname=cfg["dbname"], autocommit=autocommit, application_name=app)
+    if options:
+        kw["options"] = options
+    return psycopg.connect(**kw)
+
+
+def scalar(conn, sql, params=None):
+    row = conn.execute(sql, params).fetchone()
+    return row[0] if row else None
+
+
+class System:
+    key = ""            # sys1 .. sys4
+    title = ""          # one line for the report
+    schema = ""
+    job_table = ""      # finished jobs = rows deleted from this table
+    tables = ()         # all of the system's tables (truncate, vacuum, sizes)
+    has_leases = True
+    in_flight_note = ""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self._bg = None
+
+    # -- setup -------------------------------------------------------------
+    @property
+    def search_path(self):
+        return self.schema
+
+    def script(self, role):
+        return os.path.join(SQL_DIR, "%s_%s.sql" % (self.key, role))
+
+    def setup(self, conn):
+        with open(self.script("schema")) as f:
+            conn.execute(f.read())
+
+    def reset(self, conn):
+        """Empty the system and start from equal conditions.
+
+        TRUNCATE gives every table a new, empty file and "unknown" statistics
+        (reltuples = -1), as a freshly created table has.  No VACUUM/ANALYZE
+        here: on an empty table it would record 0 rows, and statements
+        prepared at the start of a run (pgbench -M prepared, plpgsql, SPI)
+        would keep seq-scan plans while the table grows.  Backlogs loaded for
+        a run are VACUUM ANALYZEd (vacuum()) before the run starts.
+        """
+        self.stop_background()
+        conn.execute("SET lock_timeout = '60s'")
+        conn.execute("TRUNCATE %s RESTART IDENTITY CASCADE" % ", ".join(self.tables))
+        conn.execute("RESET lock_timeout")
+        conn.execute("CHECKPOINT")
+
+    def vacuum(self, conn):
+        for t in self.tables:
+            conn.execute("VACUUM ANALYZE %s" % t)
+        conn.execute("CHECKPOINT")
+
+    # -- background scheduler (sys3, and the mock pgqueue) -----------------
+    background_call = None  # e.g. "CALL sys3.scheduler_loop()"
+
+    def start_background(self):
+        if not self.background_call or self._bg:
+            return
+        conn = connect(self.cfg, app="bench-%s-scheduler" % self.key)
+        pid = conn.info.backend_pid
+        errors = []
+
+        def loop():
+            try:
+                conn.execute(self.background_call)
+            except psycopg.errors.QueryCanceled:
+                pass
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+            finally:
+                conn.close()
+
+        th = threading.Thread(target=loop, daemon=True)
+        th.start()
+        self._bg = (th, pid, errors)
+
+    def stop_background(self):
+        if not self._bg:
+            return
+        th, pid, errors = self._bg
+        with connect(self.cfg) as c:
+            c.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        th.join(30)
+        self._bg = None
+        if errors:
+            raise RuntimeError("%s scheduler loop failed: %s" % (self.key, errors[0]))
+
+    # -- counting ----------------------------------------------------------
+    def deletes(self, conn):
+        """Rows ever deleted from the job table (cumulative statistics)."""
+        return scalar(conn, "SELECT pg_stat_get_tuples_deleted(%s::regclass)", (self.job_table,))
+
+    def settled_deletes(self, conn, timeout=10.0):
+        """Deletes once every backend has flushed its statistics."""
+        last = self.deletes(conn)
+        deadline = time.monotonic() + timeout
+        stable = 0
+        while time.monotonic() < deadline and stable < 2:
+            time.sleep(0.5)
+            cur = self.deletes(conn)
+            stable = stable + 1 if cur == last else 0
+            last = cur
+        return last
+
+    def remaining(self, conn):
+        return scalar(conn, "SELECT count(*) FROM %s" % self.job_table)
+
+    def is_empty(self, conn):
+        # Through the primary key, as the claims go: a seq scan would read
+        # every page of dead rows the drain leaves behind, 50 times a second.
+        return conn.execute("SELECT id FROM %s ORDER BY id LIMIT 1" % self.job_table).fetchone() is None
+
+    def dead_tuples(self, conn):
+        return scalar(conn, "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables "
+                            "WHERE relid = ANY (%s::regclass[])", (list(self.tables),))
+
+    def total_size(self, conn):
+        return scalar(conn, "SELECT sum(pg_total_relation_size(t))::bigint FROM unnest(%s::regclass[]) t",
+                      (list(self.tables),))
+
+    # -- backlog -----------------------------------------------------------
+    def preload(self, conn, n, chunk=100000):
+        left = n
+        while left > 0:
+            k = min(chunk, left)
+            self._bulk_push(conn, k)
+            left -= k
+
+    def _bulk_push(self, conn, k):
+        conn.execute("INSERT INTO %s (payload) SELECT %%s::jsonb FROM generate_series(1, %%s)"
+                     % self.job_table, (PAYLOAD, k))
+
+    def has_pending(self, conn):
+        """Are there jobs not yet released to consumers?  (Never, for the
+        single-table systems.)  Cheap: it is polled while a scheduler works."""
+        return False
+
+    def wait_scheduled(self, conn, timeout=900):
+        """Wait until the scheduler has released the whole backlog.  Polls on
+        its own connection with enable_seqscan off: the backlog is not
+        ANALYZEd yet (that could change the scheduler's plans), and a seq
+        scan of a 1M-row table twice a second would slow the scheduler."""
+        if not self.has_pending(conn):
+            return
+        deadline = time.monotonic() + timeout
+        with connect(self.cfg, app="bench-wait") as c:
+            c.execute("SET enable_seqscan = off")
+            while self.has_pending(c):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("%s: scheduler did not schedule the backlog in %d s"
+                                       % (self.key, timeout))
+                time.sleep(0.5)
+
+    # -- one job at a time (latency.py) -------------------------------------
+    # Each call below is one statement in autocommit mode: one transaction.
+    def push_one(self, conn):
+        return scalar(conn, "INSERT INTO jobs (payload) VALUES (%s::jsonb) RETURNING id", (PAYLOAD,))
+
+    def claim_one(self, conn, lock_key, blocking=False):
+        """Returns the claimed job's id, or None."""
+        raise NotImplementedError
+
+    def ack(self, conn, job_id, lock_key):
+        raise NotImplementedError
+
+    def hold_in_flight(self, conn, n, batch=100):
+        """Claim n jobs under a 1 hour lease and never ack them."""
+        raise NotImplementedError
+
+
+# "{op}" is "=" for one job; "= ANY (ARRAY" ... "))" for a batch (see
+# sql/sys1_consume_batch.sql for why not IN (...)).
+ONE = {"op": "= (", "end": ")"}
+MANY = {"op": "= ANY (ARRAY(", "end": "))"}
+
+CLAIM_SYS1 = """
+UPDATE jobs SET started_at = now(), lease_until = now() + %s::interval
+ WHERE id {op}SELECT id FROM jobs
+               WHERE lease_until IS NULL OR lease_until < now()
+               ORDER BY id LIMIT %s
+               FOR UPDATE SKIP LOCKED{end}
+RETURNING id, payload"""
+
+
+class Sys1(System):
+    key = "sys1"
+    title = "single-table lease queue: claim (UPDATE ... SKIP LOCKED) and ack (DELETE) in two transactions"
+    schema = "sys1"
+    job_table = "sys1.jobs"
+    tables = ("sys1.jobs",)
+
+    def claim_one(self, conn, lock_key, blocking=False):
+        row = conn.execute(CLAIM_SYS1.format(**ONE), ("30 seconds", 1)).fetchone()
+        return row[0] if row else None
+
+    def ack(self, conn, job_id, lock_key):
+        conn.execute("DELETE FROM jobs WHERE id = %s", (job_id,))
+
+    def hold_in_flight(self, conn, n, batch=100):
+        got = 0
+        while got < n:
+            rows = conn.execute(CLAIM_SYS1.format(**MANY), ("1 hour", min(batch, n - got))).fetchall()
+            if not rows:
+                break
+            got += len(rows)
+        return got
+
+
+class Sys2(System):
+    key = "sys2"
+    title = "the same table, claim-and-delete in ONE transaction (DELETE ... SKIP LOCKED RETURNING)"
+    schema = "sys2"
+    job_table = "sys2.jobs"
+    tables = ("sys2.jobs",)
+    has_leases = False
+    in_flight_note = "sys2 has no leases: its 10k 'in-flight' jobs are 10k claimed (= deleted) jobs"
+
+    CLAIM = """
+DELETE FROM jobs
+ WHERE id {op}SELECT id FROM jobs
+               WHERE lease_until IS NULL OR lease_until < now()
+               ORDER BY id LIMIT %s
+               FOR UPDATE SKIP LOCKED{end}
+RETURNING id, payload"""
+
+    def claim_one(self, conn, lock_key, blocking=False):
+        row = conn.execute(self.CLAIM.format(**ONE), (1,)).fetchone()
+        return row[0] if row else None
+
+    def ack(self, conn, job_id, lock_key):
+        pass  # the claim already deleted it
+
+    def hold_in_flight(self, conn, n, batch=100):
+        got = 0
+        while got < n:
+            rows = conn.execute(self.CLAIM.format(**MANY), (min(batch, n - got),)).fetchall()
+            if not rows:
+                break
+            got += len(rows)
+        return got
+
+
+class Sys3(System):
+    key = "sys3"
+    title = ("seed two-table design by hand: queue + work_queue, plpgsql scheduler polling every 1 s "
+             "(100 jobs a pass), claim with a lease, ack deletes from both")
+    schema = "sys3"
+    job_table = "sys3.queue"
+    tables = ("sys3.queue", "sys3.work_queue")
+    background_call = "CALL sys3.scheduler_loop(100, 1.0)"
+
+    CLAIM = """
+WITH claimed AS (
+    UPDATE work_queue SET started_at = now(), lease_until = now() + %s::interval
+     WHERE id {op}SELECT id FROM work_queue
+                   WHERE lease_until IS NULL OR lease_until < now()
+                   ORDER BY id LIMIT %s
+                   FOR UPDATE SKIP LOCKED{end}
+    RETURNING id)
+SELECT c.id, q.payload FROM claimed c JOIN queue q ON q.id = c.id"""
+
+    def has_pending(self, conn):
+        return scalar(conn, "SELECT EXISTS (SELECT 1 FROM sys3.queue WHERE state = 'pending')")
+
+    def push_one(self, conn):
+        return scalar(conn, "INSERT INTO queue (payload) VALUES (%s::jsonb) RETURNING id", (PAYLOAD,))
+
+    def claim_one(self, conn, lock_key, blocking=False):
+        row = conn.execute(self.CLAIM.format(**ONE), ("30 seconds", 1)).fetchone()
+        return row[0] if row else None
+
+    def ack(self, conn, job_id, lock_key):
+        conn.execute("DELETE FROM queue WHERE id = %s", (job_id,))
+
+    def hold_in_flight(self, conn, n, batch=100):
+        got = 0
+        while got < n:
+            rows = conn.execute(self.CLAIM.format(**MANY), ("1 hour", min(batch, n - got))).fetchall()
+            if not rows:
+                break
+            got += len(rows)
+        return got
+
+
+class Sys4(System):
+    """pgqueue (or, with --mock-pgqueue, the plpgsql stand-in in test/)."""
+    key = "sys4"
+    title = "pgqueue through its SQL API (pgq_push / pgq_claim / pgq_ack), scheduled by its background worker"
+    schema = "sys4"
+    job_table = "pgqueue.queue"
+    tables = ("pgqueue.queue", "pgqueue.work_queue")
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.ext_schema = cfg.get("pgqueue_schema", "public")
+        self.mock = cfg.get("mock_pgqueue", False)
+        self.has_push_batch = cfg.get("pgq_push_batch", False)
+        self.has_ack_batch = cfg.get("pgq_ack_batch", False)
+        if self.mock:
+            self.background_call = "CALL pgqueue.mock_scheduler_loop(100, 1.0)"
+
+    @property
+    def search_path(self):
+        return "%s,%s" % (self.schema, self.ext_schema)
+
+    def setup(self, conn):
+        if self.mock:
+            with open(os.path.join(HERE, "test", "mock_pgqueue.sql")) as f:
+                conn.execute(f.read())
+            conn.execute("CREATE SCHEMA IF NOT EXISTS sys4")
+        else:
+            super().setup(conn)
+
+    def script(self, role):
+        if role == "push_batch" and self.has_push_batch:
+            role = "push_batch_fn"
+        if role == "consume_batch" and self.has_ack_batch:
+            role = "consume_batch_ackfn"
+        return super().script(role)
+
+    def _bulk_push(self, conn, k):
+        # pgq_push per row; chunks of 10,000 per transaction (see preload).
+        if self.has_push_batch:
+            conn.execute("SELECT count(*) FROM pgq_push_batch('q', array(SELECT %s::jsonb "
+                         "FROM generate_series(1, %s)))", (PAYLOAD, k))
+        else:
+            conn.execute("SELECT count(pgq_push('q', %s::jsonb)) FROM generate_series(1, %s)",
+                         (PAYLOAD, k))
+
+    def preload(self, conn, n, chunk=10000):
+        super().preload(conn, n, chunk)
+
+    def has_pending(self, conn):
+        # Not pgq_stats(): it aggregates the whole table, which takes most of
+        # a second at a 1M backlog and slows the scheduler it is waiting for.
+        return scalar(conn, "SELECT EXISTS (SELECT 1 FROM pgqueue.queue "
+                            "WHERE state IN ('pending', 'retry'))")
+
+    def push_one(self, conn):
+        return scalar(conn, "SELECT pgq_push('q', %s::jsonb)", (PAYLOAD,))
+
+    def claim_one(self, conn, lock_key, blocking=False):
+        if blocking:
+            row = conn.execute("SELECT id, payload FROM pgq_claim(%s, 1, '30 seconds', "
+                               "wait => '5 seconds')", (lock_key,)).fetchone()
+        else:
+            row = conn.execute("SELECT id, payload FROM pgq_claim(%s, 1, '30 seconds')",
+                               (lock_key,)).fetchone()
+        return row[0] if row else None
+
+    def ack(self, conn, job_id, lock_key):
+        ok = scalar(conn, "SELECT pgq_ack(%s, %s)", (job_id, lock_key))
+        if not ok:
+            raise RuntimeError("pgq_ack(%s, %s) returned %r" % (job_id, lock_key, ok))
+
+    def hold_in_flight(self, conn, n, batch=100):
+        got = 0
+        while got < n:
+            rows = conn.execute("SELECT id FROM pgq_claim('bench-holder', %s, '1 hour')",
+                                (min(batch, n - got),)).fetchall()
+            if not rows:
+                break
+            got += len(rows)
+        return got
+
+
+ALL = {"1": Sys1, "2": Sys2, "3": Sys3, "4": Sys4}
+NAMES = {"sys1": "sys1", "sys2": "sys2", "sys3": "sys3", "sys4": "pgqueue"}
