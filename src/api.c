@@ -70,6 +70,7 @@ static SPIPlanPtr plan_stats = NULL;
 static char *pgq_text_arg(FunctionCallInfo fcinfo, int argno,
 						  const char *argname, int maxbytes);
 static void pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname);
+static int64 pgq_interval_usecs(Datum interval);
 static int64 pgq_interval_arg(FunctionCallInfo fcinfo, int argno,
 							  const char *argname, int64 min_usecs,
 							  int64 max_usecs, const char *max_text);
@@ -118,7 +119,7 @@ pgq_keep_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
  * day as 24 hours.  Returns PG_INT64_MAX (or MIN) when it does not fit, which
  * every caller rejects as out of range.
  */
-int64
+static int64
 pgq_interval_usecs(Datum interval)
 {
 	Interval   *iv = DatumGetIntervalP(interval);

@@ -83,9 +83,8 @@ extern int	pgq_schedule_pass(int max_items);
 /* uuid7.c */
 extern void pgq_uuid7(pg_uuid_t *uuid);
 
-/* api.c helpers shared with schedule.c */
+/* api.c helper shared with schedule.c */
 extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
 								int nargs, Oid *argtypes);
-extern int64 pgq_interval_usecs(Datum interval);
 
 #endif							/* PGQUEUE_H */
