@@ -66,7 +66,6 @@ extern List *pgq_database_list(void);
 /* shmem.c */
 extern void pgq_shmem_install_hooks(void);
 extern void pgq_xact_callbacks_register(void);
-extern bool pgq_shmem_available(void);
 extern void pgq_count(PgqCounter counter, int64 n);
 extern void pgq_count_now(PgqCounter counter, int64 n);
 extern void pgq_wake_at_commit(int what);

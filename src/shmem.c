@@ -151,13 +151,6 @@ pgq_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* Whether the library was preloaded and its shared memory is there. */
-bool
-pgq_shmem_available(void)
-{
-	return pgq_shared != NULL;
-}
-
 /*
  * The slot of the current database.  When no slot has it yet, a scheduler
  * (reserved >= 0: its index in pgqueue.database) takes its reserved slot and
