@@ -3,6 +3,7 @@ MODULE_big = pgqueue
 OBJS = \
 	src/pgqueue.o \
 	src/api.o \
+	src/claimscan.o \
 	src/schedule.o \
 	src/worker.o \
 	src/shmem.o \
@@ -17,7 +18,7 @@ REGRESS = setup push schedule claim lease ack_nack release configure stats \
 	security bad_input counters
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--temp-instance=$(CURDIR)/tmp_check_regress
-ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack dedup_race
+ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack dedup_race scan_hints
 ISOLATION_OPTS = --temp-config=$(srcdir)/test/isolation.conf \
 	--temp-instance=$(CURDIR)/tmp_check_iso
 TAP_TESTS = 1

@@ -105,6 +105,13 @@ REVOKE ALL ON ALL TABLES IN SCHEMA pgqueue FROM PUBLIC;
 /*
  * The API.  Every function is SECURITY DEFINER with a fixed search_path;
  * the C code schema-qualifies every object and passes values as parameters.
+ * The statements inside keep generic plans (see pgq_keep_plan) that are
+ * made, and remade after each ANALYZE, at whatever size the tables have
+ * then: made while a queue is nearly empty, a plan would keep its sequential
+ * or bitmap scans as the tables grow.  Every statement is a probe of an
+ * index, so the functions that run them turn both off; and JIT, which the
+ * cost of a disabled scan (the few statements that must read a whole small
+ * table) would otherwise set off on every call.
  * None is STRICT: a NULL required argument raises 22004 instead of silently
  * returning NULL.
  */
@@ -116,7 +123,8 @@ CREATE FUNCTION pgq_push(queue text,
 RETURNS uuid
 AS 'MODULE_PATHNAME', 'pgq_push'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_push_batch(queue text,
                                payloads jsonb[],
@@ -125,13 +133,15 @@ CREATE FUNCTION pgq_push_batch(queue text,
 RETURNS SETOF uuid
 AS 'MODULE_PATHNAME', 'pgq_push_batch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_schedule(max_items int DEFAULT 100)
 RETURNS int
 AS 'MODULE_PATHNAME', 'pgq_schedule'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_claim(lock_key text,
                           max_items int DEFAULT 1,
@@ -142,26 +152,30 @@ RETURNS TABLE (id uuid, queue text, payload jsonb, tries int, version int,
                lock_timeout timestamptz)
 AS 'MODULE_PATHNAME', 'pgq_claim'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 10
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_extend(id uuid, lock_key text,
                            lease interval DEFAULT '30 seconds')
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'pgq_extend'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_ack(id uuid, lock_key text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'pgq_ack'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_ack_batch(ids uuid[], lock_key text)
 RETURNS int
 AS 'MODULE_PATHNAME', 'pgq_ack_batch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_nack(id uuid, lock_key text,
                          error text DEFAULT NULL,
@@ -169,13 +183,15 @@ CREATE FUNCTION pgq_nack(id uuid, lock_key text,
 RETURNS text
 AS 'MODULE_PATHNAME', 'pgq_nack'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_release(lock_key text)
 RETURNS int
 AS 'MODULE_PATHNAME', 'pgq_release'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_configure(queue text,
                               weight int DEFAULT NULL,
@@ -185,7 +201,8 @@ CREATE FUNCTION pgq_configure(queue text,
 RETURNS void
 AS 'MODULE_PATHNAME', 'pgq_configure'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 CREATE FUNCTION pgq_stats()
 RETURNS TABLE (queue text, pending bigint, retry bigint, scheduled bigint,

@@ -146,5 +146,19 @@ SELECT clock_timestamp() AS t0 \gset
 SELECT count(*) AS claimed FROM pgq_claim('w1', queues => '{x}', wait => '0');
 SELECT clock_timestamp() - :'t0'::timestamptz < interval '10 seconds' AS returned_early;
 
+--
+-- claims start their index scans at a lower bound kept in shared memory;
+-- a row made claimable behind the API's back (a manual UPDATE, which moves
+-- no bound) is still found within a second, when a full scan checks it
+--
+TRUNCATE pgqueue.queue, pgqueue.work_queue;
+SELECT pgq_push('m', '{"n": "manual"}') IS NOT NULL AS pushed;
+SELECT pgq_schedule();
+SELECT payload FROM pgq_claim('w1');
+SELECT count(*) AS claimed FROM pgq_claim('w2');
+UPDATE pgqueue.work_queue SET lock_key = NULL, lock_timeout = NULL, started = NULL;
+SELECT pg_sleep(1.1);
+SELECT payload, tries FROM pgq_claim('w2');
+
 TRUNCATE pgqueue.queue, pgqueue.work_queue;
 DELETE FROM pgqueue.queues;

@@ -56,8 +56,7 @@ static SPIPlanPtr plan_find_dedup = NULL;
 static SPIPlanPtr plan_push_batch = NULL;
 static SPIPlanPtr plan_first_deadline = NULL;
 static SPIPlanPtr plan_claim_stolen = NULL;
-static SPIPlanPtr plan_claim_any = NULL;
-static SPIPlanPtr plan_claim_queues = NULL;
+static SPIPlanPtr plan_claim_ids = NULL;
 static SPIPlanPtr plan_next_expiry = NULL;
 static SPIPlanPtr plan_extend = NULL;
 static SPIPlanPtr plan_ack = NULL;
@@ -80,7 +79,8 @@ static void pgq_check_run_after(TimestampTz run_after);
 static ArrayType *pgq_queues_arg(FunctionCallInfo fcinfo, int argno);
 static int	pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 						   int max_items, bool filtered, TimestampTz *next_expiry);
-static int	pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed);
+static int	pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed,
+						  TimestampTz *min_lease);
 
 /* ----------------------------------------------------------------
  * Helpers
@@ -534,7 +534,7 @@ static const char *claim_stolen_sql =
 "WITH e AS ("
 "  SELECT w.id, w.lock_key AS old_key"
 "    FROM pgqueue.work_queue w"
-"   WHERE w.lock_timeout < $5"
+"   WHERE w.lock_timeout < $5 AND w.lock_timeout >= $6"
 "     AND ($4::text[] IS NULL OR w.queue = ANY ($4::text[]))"
 "   ORDER BY w.lock_timeout"
 "   LIMIT $2"
@@ -566,42 +566,22 @@ CLAIM_UPDATES
 "                FROM cj JOIN cw ON cw.id = cj.id) x ON true"
 "  ORDER BY x.created, x.batch_order";
 
-/* Never-claimed (or released) rows of any queue, in scheduling order. */
-static const char *claim_any_sql =
-"WITH c AS ("
-"  SELECT w.id FROM pgqueue.work_queue w"
-"   WHERE w.lock_timeout IS NULL"
-"   ORDER BY w.created, w.batch_order"
-"   LIMIT $2"
-"     FOR UPDATE OF w SKIP LOCKED),"
-CLAIM_UPDATES
-CLAIM_RESULT;
-
 /*
- * The same from the queues in $4: the first rows of each queue through
- * work_queue_queue_ready_idx, merged in scheduling order.
+ * Claim the never-claimed (or released) rows that pgq_lock_ready locked:
+ * $6 holds their ids.
  */
-static const char *claim_queues_sql =
-"WITH c AS ("
-"  SELECT x.id"
-"    FROM (SELECT DISTINCT f.name FROM pg_catalog.unnest($4::text[]) AS f (name)) f"
-"   CROSS JOIN LATERAL ("
-"          SELECT w.id, w.created, w.batch_order FROM pgqueue.work_queue w"
-"           WHERE w.queue = f.name AND w.lock_timeout IS NULL"
-"           ORDER BY w.created, w.batch_order"
-"           LIMIT $2"
-"             FOR UPDATE OF w SKIP LOCKED) x"
-"   ORDER BY x.created, x.batch_order"
-"   LIMIT $2),"
+static const char *claim_ids_sql =
+"WITH c AS (SELECT x.id FROM pg_catalog.unnest($6::uuid[]) AS x (id)),"
 CLAIM_UPDATES
 CLAIM_RESULT;
 
 /*
  * Copy the rows of the last claim statement into the result set; returns
- * how many jobs it holds and adds the number failed to *failed.
+ * how many jobs it holds, adds the number failed to *failed and lowers
+ * *min_lease to the earliest lease deadline it set.
  */
 static int
-pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed)
+pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed, TimestampTz *min_lease)
 {
 	int			n = 0;
 	uint64		i;
@@ -621,6 +601,8 @@ pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed)
 			values[col] = SPI_getbinval(tup, desc, col + 1, &isnull[col]);
 		if (isnull[0])
 			continue;			/* the stolen-claim row that only counts */
+		if (!isnull[5] && DatumGetTimestampTz(values[5]) < *min_lease)
+			*min_lease = DatumGetTimestampTz(values[5]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
 		n++;
 	}
@@ -639,68 +621,83 @@ static int
 pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 			   int max_items, bool filtered, TimestampTz *next_expiry)
 {
-	Oid			types[5] = {TEXTOID, INT4OID, INTERVALOID, TEXTARRAYOID, TIMESTAMPTZOID};
-	Datum		a[5];
-	char		n[5];
+	Oid			types[6] = {TEXTOID, INT4OID, INTERVALOID, TEXTARRAYOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID};
+	Datum		a[6];
+	char		n[6];
 	int64		failed = 0;
 	int			stolen;
 	int			fresh = 0;
 	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz lease_bound;
+	TimestampTz min_lease = DT_NOEND;
+	uint64		lease_epoch;
+	bool		lease_hinted;
 	Datum		deadline;
 	bool		isnull;
-	bool		any_expired;
 
-	/* $1 .. $4 as given, $5 the claim time */
+	/* $1 .. $4 as given, $5 the claim time, $6 the lease bound */
 	memcpy(a, args, sizeof(Datum) * 4);
 	memcpy(n, nulls, 4);
 	a[4] = TimestampTzGetDatum(now);
 	n[4] = ' ';
+	n[5] = ' ';
 
 	SPI_connect();
 
 	/*
-	 * Expired leases are rare: look for one with a single index probe (min()
-	 * of work_queue_lease_idx, whatever the plan cache decides) before
-	 * running the statement that steals (or fails) them.
+	 * Expired leases are rare: look for one with a single probe of
+	 * work_queue_lease_idx, from the PGQ_HINT_LEASE bound up to now, before
+	 * running the statement that steals (or fails) them.  The bound is read
+	 * before the probe's snapshot; it moves up to the first expired lease,
+	 * or to now when there is none (see shmem.c).
 	 */
+	lease_hinted = pgq_hint_get(PGQ_HINT_LEASE, &lease_bound, &lease_epoch);
+	a[5] = TimestampTzGetDatum(lease_bound);
 	if (SPI_execute_plan(pgq_keep_plan(&plan_first_deadline,
-									   "SELECT min(lock_timeout) FROM pgqueue.work_queue",
-									   0, NULL),
-						 NULL, NULL, true, 1) != SPI_OK_SELECT)
+									   "SELECT min(lock_timeout) FROM pgqueue.work_queue"
+									   " WHERE lock_timeout < $1 AND lock_timeout >= $2",
+									   2, &types[4]),
+						 &a[4], NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "pgqueue: lease lookup failed");
 	deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	any_expired = !isnull && DatumGetTimestampTz(deadline) < now;
+	pgq_hint_set(PGQ_HINT_LEASE, isnull ? now : DatumGetTimestampTz(deadline),
+				 lease_epoch, !lease_hinted);
+	if (!isnull)
+		a[5] = deadline;
 
 	/*
 	 * Jobs failed on their last try do not fill the claim: while some were
 	 * failed and there is room, look for more expired leases.
 	 */
 	stolen = 0;
-	while (any_expired)
+	while (!isnull)
 	{
 		int64		failed_before = failed;
 
 		a[1] = Int32GetDatum(max_items - stolen);
-		if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen, claim_stolen_sql, 5, types),
+		if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen, claim_stolen_sql, 6, types),
 							 a, n, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "pgqueue: claim of expired leases failed");
-		stolen += pgq_claim_put(rsinfo, &failed);
+		stolen += pgq_claim_put(rsinfo, &failed, &min_lease);
 		if (failed == failed_before || stolen >= max_items)
 			break;
 	}
 
 	if (stolen < max_items)
 	{
-		SPIPlanPtr	plan;
+		ArrayType  *ids = pgq_lock_ready(max_items - stolen,
+										 filtered ? DatumGetArrayTypeP(args[3]) : NULL);
 
-		a[1] = Int32GetDatum(max_items - stolen);
-		if (filtered)
-			plan = pgq_keep_plan(&plan_claim_queues, claim_queues_sql, 5, types);
-		else
-			plan = pgq_keep_plan(&plan_claim_any, claim_any_sql, 5, types);
-		if (SPI_execute_plan(plan, a, n, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "pgqueue: claim failed");
-		fresh = pgq_claim_put(rsinfo, &failed);
+		if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) > 0)
+		{
+			types[5] = UUIDARRAYOID;
+			a[5] = PointerGetDatum(ids);
+			if (SPI_execute_plan(pgq_keep_plan(&plan_claim_ids, claim_ids_sql, 6, types),
+								 a, n, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "pgqueue: claim failed");
+			fresh = pgq_claim_put(rsinfo, &failed, &min_lease);
+		}
 	}
 
 	if (stolen + fresh == 0 && next_expiry != NULL)
@@ -725,6 +722,8 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	pgq_count(PGQ_FAILED, failed);
 	if (stolen + fresh + failed > 0)
 		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
+	if (stolen + fresh > 0)
+		pgq_hint_lower_at_commit(PGQ_HINT_LEASE, min_lease);
 	return stolen + fresh;
 }
 
@@ -848,6 +847,7 @@ pgq_extend(PG_FUNCTION_ARGS)
 												   SPI_tuptable->tupdesc, 1, &isnull));
 		found = true;
 		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
+		pgq_hint_lower_at_commit(PGQ_HINT_LEASE, result);
 	}
 	SPI_finish();
 
@@ -1105,7 +1105,10 @@ pgq_release(PG_FUNCTION_ARGS)
 
 	pgq_count(PGQ_FAILED, failed);
 	if (released > 0)
+	{
 		pgq_wake_at_commit(PGQ_WAKE_CLAIMERS | PGQ_WAKE_ON_ABORT);
+		pgq_hint_lower_at_commit(PGQ_HINT_READY, DT_NOBEGIN);
+	}
 	if (failed > 0)
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);	/* places freed */
 	PG_RETURN_INT32(released + failed);

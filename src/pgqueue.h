@@ -21,6 +21,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/pg_list.h"
+#include "utils/array.h"
 #include "utils/uuid.h"
 
 /* Limits on user input; documented in README.md. */
@@ -60,6 +61,14 @@ typedef enum PgqCounter
 #define PGQ_WAKE_CLAIMERS	0x02	/* new claimable rows in work_queue */
 #define PGQ_WAKE_ON_ABORT	0x04	/* rows locked: a rollback frees them */
 
+/* Lower bounds for scans of work_queue's indexes (shmem.c). */
+typedef enum PgqHint
+{
+	PGQ_HINT_READY = 0,			/* work_queue_ready_idx: created */
+	PGQ_HINT_LEASE,				/* work_queue_lease_idx: lock_timeout */
+	PGQ_NUM_HINTS
+} PgqHint;
+
 /* pgqueue.c */
 extern List *pgq_database_list(void);
 
@@ -75,9 +84,15 @@ extern bool pgq_db_known(int dbindex, int set);
 extern void pgq_prepare_wait(bool filtered);
 extern void pgq_wait_for_work(TimestampTz until);
 extern void pgq_end_wait(bool filtered);
+extern bool pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch);
+extern void pgq_hint_set(PgqHint h, TimestampTz bound, uint64 epoch, bool full);
+extern void pgq_hint_lower_at_commit(PgqHint h, TimestampTz bound);
 
 /* schedule.c; caller must be connected to SPI inside a transaction */
 extern int	pgq_schedule_pass(int max_items);
+
+/* claimscan.c; caller must be inside a transaction */
+extern ArrayType *pgq_lock_ready(int max_items, ArrayType *queues);
 
 /* uuid7.c */
 extern void pgq_uuid7(pg_uuid_t *uuid);

@@ -37,6 +37,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/array.h"
+#include "utils/timestamp.h"
 
 #include "pgqueue.h"
 
@@ -171,6 +172,7 @@ pgq_schedule_pass(int max_items)
 	bool		isnull;
 	int			moved;
 	int			short_queues;
+	TimestampTz start = GetCurrentTimestamp();	/* <= the rows' created */
 
 	if (SPI_execute_plan(pgq_keep_plan(&plan_busy, busy_sql, 0, NULL),
 						 NULL, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
@@ -187,6 +189,7 @@ pgq_schedule_pass(int max_items)
 	{
 		pgq_count(PGQ_SCHEDULED, moved);
 		pgq_claimable_at_commit(moved);
+		pgq_hint_lower_at_commit(PGQ_HINT_READY, start);
 	}
 	return moved;
 }

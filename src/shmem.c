@@ -55,6 +55,10 @@ typedef struct PgqDbSlot
 	int			scheduler_procno;	/* pgprocno of its scheduler, or -1 */
 	ConditionVariable work_cv;	/* claims of this database sleep here */
 	pg_atomic_uint32 filtered_waiters;	/* of them, claims with a queues filter */
+	slock_t		hint_mutex;		/* protects the hint fields */
+	TimestampTz hint_bound[PGQ_NUM_HINTS];	/* see pgq_hint_get */
+	uint64		hint_epoch[PGQ_NUM_HINTS];	/* bumped by every lowering */
+	TimestampTz hint_checked[PGQ_NUM_HINTS];	/* last full scan, 0: never */
 } PgqDbSlot;
 
 typedef struct PgqShared
@@ -92,6 +96,9 @@ typedef struct PgqSubCounts
 
 static PgqSubCounts *sub_counts = NULL;
 
+/* Hint lowerings the current transaction owes at commit; DT_NOEND: none. */
+static TimestampTz pending_lower[PGQ_NUM_HINTS] = {DT_NOEND, DT_NOEND};
+
 static void pgq_shmem_request(void);
 static void pgq_shmem_startup(void);
 static void pgq_xact_callback(XactEvent event, void *arg);
@@ -100,6 +107,8 @@ static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 static PgqDbSlot *pgq_my_slot(void);
 static void pgq_broadcast_claimers(void);
 static void pgq_scheduler_detach(int code, Datum arg);
+static void pgq_hints_reset(PgqDbSlot *slot);
+static void pgq_hints_apply(bool commit);
 
 /* Install the shared memory hooks; called from _PG_init when preloading. */
 void
@@ -146,6 +155,8 @@ pgq_shmem_startup(void)
 			pgq_shared->slots[i].scheduler_procno = -1;
 			ConditionVariableInit(&pgq_shared->slots[i].work_cv);
 			pg_atomic_init_u32(&pgq_shared->slots[i].filtered_waiters, 0);
+			SpinLockInit(&pgq_shared->slots[i].hint_mutex);
+			pgq_hints_reset(&pgq_shared->slots[i]);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -172,8 +183,11 @@ pgq_find_slot(int reserved)
 	for (i = PGQ_MAX_DATABASES; i < PGQ_DB_SLOTS && found == NULL; i++)
 		if (pgq_shared->slots[i].dboid == InvalidOid)
 			found = &pgq_shared->slots[i];
-	if (found != NULL)
+	if (found != NULL && found->dboid != MyDatabaseId)
+	{
 		found->dboid = MyDatabaseId;
+		pgq_hints_reset(found);
+	}
 	SpinLockRelease(&pgq_shared->mutex);
 	return found;
 }
@@ -317,6 +331,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
 	{
+		pgq_hints_apply(true);
 		if (pgq_shared != NULL)
 		{
 			PgqDbSlot  *slot;
@@ -348,10 +363,13 @@ pgq_xact_callback(XactEvent event, void *arg)
 		 * A claim (or ack, nack...) that rolls back unlocks work_queue rows
 		 * that a waiting claim skipped: let it look again.
 		 */
+		pgq_hints_apply(false);
 		if (pending_wake & PGQ_WAKE_ON_ABORT)
 			pgq_broadcast_claimers();
 	}
-	else if (event != XACT_EVENT_PREPARE)
+	else if (event == XACT_EVENT_PREPARE)
+		pgq_hints_apply(false); /* see the comment of the scan hints */
+	else
 		return;
 
 	/* commit, abort or prepare: start afresh */
@@ -495,4 +513,150 @@ pgq_end_wait(bool filtered)
 	ConditionVariableCancelSleep();
 	if (slot != NULL && filtered)
 		pg_atomic_fetch_sub_u32(&slot->filtered_waiters, 1);
+}
+
+/* ----------------------------------------------------------------
+ * Scan hints
+ *
+ * Rows leave the heads of work_queue's ready index (claimed) and lease
+ * index (acked) all the time.  Their index entries stay until VACUUM: while
+ * an old snapshot holds the xmin horizon back they cannot even be marked
+ * dead, and in between two VACUUMs the emptied leaf pages stay in the
+ * index.  A claim that started each walk at the left end of the index would
+ * step over all of them, so the scans start at a lower bound kept here per
+ * database:
+ *
+ * PGQ_HINT_READY: no never-claimed (or released) row has created < bound.
+ * PGQ_HINT_LEASE: no row has an expired lease with lock_timeout < bound.
+ *
+ * A scan reads the bound and its epoch before taking its snapshot, and
+ * sets the bound only if no lowering happened since (pgq_hint_set).  It
+ * never sets it past a row it saw as a candidate but could not lock: the
+ * holder's rollback would make that row claimable again.  A transaction
+ * that makes rows fall under the bound lowers it when it commits
+ * (pgq_hint_lower_at_commit), after its changes are visible, bumping the
+ * epoch: a scheduling pass inserting rows, a release; for leases a claim or
+ * extend whose lease had already run out when it committed.  A rolled-back
+ * claim needs nothing: while it held its rows every scan stopped at them.
+ *
+ * The bound only tells where to start, never whether a row may be taken.
+ * What it misses, rows made claimable behind the API's back (a manual
+ * UPDATE of work_queue) or by a PREPAREd transaction committed later, is
+ * found by a full scan at least every PGQ_HINT_CHECK_MS.
+ * ----------------------------------------------------------------
+ */
+
+#define PGQ_HINT_CHECK_MS 1000
+#define PGQ_HINT_NO_SET PG_UINT64_MAX	/* an epoch that never matches */
+
+static void
+pgq_hints_reset(PgqDbSlot *slot)
+{
+	int			h;
+
+	for (h = 0; h < PGQ_NUM_HINTS; h++)
+	{
+		slot->hint_bound[h] = DT_NOBEGIN;
+		slot->hint_epoch[h] = 0;
+		slot->hint_checked[h] = 0;
+	}
+}
+
+/*
+ * Read hint h: returns false when a full scan is due (no shared memory, or
+ * none in the last PGQ_HINT_CHECK_MS); *bound is then DT_NOBEGIN.  *epoch
+ * is for pgq_hint_set.
+ */
+bool
+pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+	TimestampTz now;
+	bool		valid;
+
+	*bound = DT_NOBEGIN;
+	*epoch = 0;
+	if (slot == NULL)
+		return false;
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&slot->hint_mutex);
+	*epoch = slot->hint_epoch[h];
+	valid = slot->hint_checked[h] != 0 &&
+		now - slot->hint_checked[h] < PGQ_HINT_CHECK_MS * INT64CONST(1000) &&
+		now >= slot->hint_checked[h];
+	if (valid)
+		*bound = slot->hint_bound[h];
+	SpinLockRelease(&slot->hint_mutex);
+
+	/*
+	 * This transaction's own rows under the bound are visible to it before
+	 * it commits: start below them, and leave the bound alone.
+	 */
+	if (pending_lower[h] != DT_NOEND)
+	{
+		*bound = Min(*bound, pending_lower[h]);
+		*epoch = PGQ_HINT_NO_SET;
+	}
+	return valid;
+}
+
+/*
+ * Set hint h to bound, found by a scan that read epoch (pgq_hint_get)
+ * before its snapshot, unless a lowering came in between.  full: the scan
+ * started at the beginning of the index.
+ */
+void
+pgq_hint_set(PgqHint h, TimestampTz bound, uint64 epoch, bool full)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+	TimestampTz now;
+
+	if (slot == NULL)
+		return;
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&slot->hint_mutex);
+	if (slot->hint_epoch[h] == epoch && (full || slot->hint_checked[h] != 0))
+	{
+		slot->hint_bound[h] = bound;
+		if (full)
+			slot->hint_checked[h] = now;
+	}
+	SpinLockRelease(&slot->hint_mutex);
+}
+
+/* Lower hint h to bound when the current transaction commits. */
+void
+pgq_hint_lower_at_commit(PgqHint h, TimestampTz bound)
+{
+	if (bound < pending_lower[h])
+		pending_lower[h] = bound;
+}
+
+/*
+ * At the end of the transaction: apply the lowerings if it committed.  A
+ * lease lowering matters only when the lease already ran out: a scan that
+ * set the bound past it took its snapshot before this commit, and sets the
+ * bound no later than its own start time.
+ */
+static void
+pgq_hints_apply(bool commit)
+{
+	PgqDbSlot  *slot;
+	int			h;
+
+	for (h = 0; h < PGQ_NUM_HINTS; h++)
+	{
+		TimestampTz low = pending_lower[h];
+
+		pending_lower[h] = DT_NOEND;
+		if (!commit || low == DT_NOEND ||
+			(h == PGQ_HINT_LEASE && low >= GetCurrentTimestamp()) ||
+			(slot = pgq_my_slot()) == NULL)
+			continue;
+		SpinLockAcquire(&slot->hint_mutex);
+		if (low < slot->hint_bound[h])
+			slot->hint_bound[h] = low;
+		slot->hint_epoch[h]++;
+		SpinLockRelease(&slot->hint_mutex);
+	}
 }

@@ -91,8 +91,11 @@ pgq_scheduler_main(Datum main_arg)
 	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
 	pgq_db_known(dbindex, 1);
 
-	/* the same fixed search_path as the SQL functions */
+	/* the same fixed search_path and planner settings as the SQL functions */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	/*
 	 * A pass does not wait for its commit record to reach disk.  If the
