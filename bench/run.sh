@@ -46,6 +46,7 @@ log() { echo "[$(date +%H:%M:%S)] $*"; }
 
 [[ $ONLY =~ ^[a-f](,[a-f])*$ ]] || { echo "run.sh: --only takes workloads a-f, e.g. a,c" >&2; exit 2; }
 [[ $SYSTEMS =~ ^(sys)?[1-4](,(sys)?[1-4])*$ ]] || { echo "run.sh: --systems takes 1-4, e.g. 1,2,4" >&2; exit 2; }
+mkdir -p "$(dirname "$OUT")" || { echo "run.sh: cannot create the directory of $OUT" >&2; exit 2; }
 
 # ---------------------------------------------------------------- packages
 need=()

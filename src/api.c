@@ -723,7 +723,10 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	if (stolen + fresh + failed > 0)
 		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
 	if (stolen + fresh > 0)
+	{
 		pgq_hint_lower_at_commit(PGQ_HINT_LEASE, min_lease);
+		pgq_hint_hold();
+	}
 	return stolen + fresh;
 }
 
@@ -848,6 +851,7 @@ pgq_extend(PG_FUNCTION_ARGS)
 		found = true;
 		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
 		pgq_hint_lower_at_commit(PGQ_HINT_LEASE, result);
+		pgq_hint_hold();
 	}
 	SPI_finish();
 

@@ -87,6 +87,7 @@ extern void pgq_end_wait(bool filtered);
 extern bool pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch);
 extern void pgq_hint_set(PgqHint h, TimestampTz bound, uint64 epoch, bool full);
 extern void pgq_hint_lower_at_commit(PgqHint h, TimestampTz bound);
+extern void pgq_hint_hold(void);
 
 /* schedule.c; caller must be connected to SPI inside a transaction */
 extern int	pgq_schedule_pass(int max_items);

@@ -99,6 +99,9 @@ static PgqSubCounts *sub_counts = NULL;
 /* Hint lowerings the current transaction owes at commit; DT_NOEND: none. */
 static TimestampTz pending_lower[PGQ_NUM_HINTS] = {DT_NOEND, DT_NOEND};
 
+/* The current transaction claimed or extended: see pgq_hint_hold. */
+static bool hints_held = false;
+
 static void pgq_shmem_request(void);
 static void pgq_shmem_startup(void);
 static void pgq_xact_callback(XactEvent event, void *arg);
@@ -537,7 +540,9 @@ pgq_end_wait(bool filtered)
  * (pgq_hint_lower_at_commit), after its changes are visible, bumping the
  * epoch: a scheduling pass inserting rows, a release; for leases a claim or
  * extend whose lease had already run out when it committed.  A rolled-back
- * claim needs nothing: while it held its rows every scan stopped at them.
+ * claim needs nothing: while it held its rows every other scan stopped at
+ * them, and its own later scans, which see its changes, set no bound
+ * (pgq_hint_hold).
  *
  * The bound only tells where to start, never whether a row may be taken.
  * What it misses, rows made claimable behind the API's back (a manual
@@ -597,6 +602,8 @@ pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch)
 		*bound = Min(*bound, pending_lower[h]);
 		*epoch = PGQ_HINT_NO_SET;
 	}
+	if (hints_held)
+		*epoch = PGQ_HINT_NO_SET;
 	return valid;
 }
 
@@ -624,6 +631,18 @@ pgq_hint_set(PgqHint h, TimestampTz bound, uint64 epoch, bool full)
 	SpinLockRelease(&slot->hint_mutex);
 }
 
+/*
+ * The current transaction took rows (claimed, stole, extended) that a
+ * rollback would put back below a bound its own later scans pass (they see
+ * its changes, which nobody else does): until it ends, its scans set no
+ * bound.
+ */
+void
+pgq_hint_hold(void)
+{
+	hints_held = true;
+}
+
 /* Lower hint h to bound when the current transaction commits. */
 void
 pgq_hint_lower_at_commit(PgqHint h, TimestampTz bound)
@@ -644,6 +663,7 @@ pgq_hints_apply(bool commit)
 	PgqDbSlot  *slot;
 	int			h;
 
+	hints_held = false;
 	for (h = 0; h < PGQ_NUM_HINTS; h++)
 	{
 		TimestampTz low = pending_lower[h];
