@@ -649,8 +649,10 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	 * Expired leases are rare: look for one with a single probe of
 	 * work_queue_lease_idx, from the PGQ_HINT_LEASE bound up to now, before
 	 * running the statement that steals (or fails) them.  The bound is read
-	 * before the probe's snapshot; it moves up to the first expired lease,
-	 * or to now when there is none (see shmem.c).
+	 * before the probe's snapshot (not read-only: SPI takes a new one, where
+	 * a read-only statement would use the calling statement's, older one);
+	 * it moves up to the first expired lease, or to now when there is none
+	 * (see shmem.c).
 	 */
 	lease_hinted = pgq_hint_get(PGQ_HINT_LEASE, &lease_bound, &lease_epoch);
 	a[5] = TimestampTzGetDatum(lease_bound);
@@ -658,7 +660,7 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 									   "SELECT min(lock_timeout) FROM pgqueue.work_queue"
 									   " WHERE lock_timeout < $1 AND lock_timeout >= $2",
 									   2, &types[4]),
-						 &a[4], NULL, true, 1) != SPI_OK_SELECT)
+						 &a[4], NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "pgqueue: lease lookup failed");
 	deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	pgq_hint_set(PGQ_HINT_LEASE, isnull ? now : DatumGetTimestampTz(deadline),
@@ -709,7 +711,7 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 										   " WHERE w.lock_timeout IS NOT NULL"
 										   "   AND ($1::text[] IS NULL OR w.queue = ANY ($1::text[]))",
 										   1, &types[3]),
-							 &a[3], &nulls[3], true, 1) != SPI_OK_SELECT)
+							 &a[3], &nulls[3], false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "pgqueue: lease lookup failed");
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		*next_expiry = isnull ? 0 : DatumGetTimestampTz(d);
