@@ -65,8 +65,11 @@ CREATE TABLE pgqueue.queue (
     last_error  text
 ) WITH (fillfactor = 80);
 
--- What the scheduling pass reads: ready jobs per queue, best first.
-CREATE INDEX queue_ready_idx ON pgqueue.queue (queue, priority DESC, run_after, id)
+-- What the scheduling pass reads: ready jobs per queue, best first.  The
+-- priority is negated (as bigint: -(-2^31) does not fit an int) rather than
+-- DESC so that the pass can start each queue's walk at a key
+-- (-priority, run_after) with a row comparison (see src/schedule.c).
+CREATE INDEX queue_ready_idx ON pgqueue.queue (queue, (-(priority::bigint)), run_after, id)
     WHERE state IN ('pending', 'retry');
 -- How many jobs of a queue sit in work_queue (max_in_flight).
 CREATE INDEX queue_scheduled_idx ON pgqueue.queue (queue)

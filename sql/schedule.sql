@@ -169,5 +169,20 @@ ROLLBACK;
 SELECT state, (SELECT count(*) FROM pgqueue.work_queue) AS in_work_queue FROM pgqueue.queue;
 SELECT pgq_schedule();
 
+--
+-- passes start each queue's walk at a bound kept in shared memory; a job
+-- made ready behind the API's back (a manual UPDATE, which moves no bound)
+-- is still found within a second, when a pass walks from the start
+--
+TRUNCATE pgqueue.queue, pgqueue.work_queue;
+SELECT pgq_push('m', '{"n": "manual"}') IS NOT NULL AS pushed;
+SELECT pgq_schedule();
+SELECT pgq_schedule();
+DELETE FROM pgqueue.work_queue;
+UPDATE pgqueue.queue SET state = 'pending', priority = 9;
+SELECT pg_sleep(1.1);
+SELECT pgq_schedule();
+SELECT payload->>'n' AS n, state FROM pgqueue.queue;
+
 TRUNCATE pgqueue.queue, pgqueue.work_queue;
 DELETE FROM pgqueue.queues;

@@ -389,6 +389,9 @@ pgq_push(PG_FUNCTION_ARGS)
 
 	pgq_count(PGQ_PUSHED, 1);
 	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
+	pgq_sched_lower_at_commit(-(int64) PG_GETARG_INT32(3),
+							  PG_ARGISNULL(2) ? GetCurrentTransactionStartTimestamp()
+							  : PG_GETARG_TIMESTAMPTZ(2));
 	PG_RETURN_UUID_P(result);
 }
 
@@ -484,6 +487,10 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 
 	pgq_count(PGQ_PUSHED, n);
 	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
+	if (n > 0)
+		pgq_sched_lower_at_commit(-(int64) PG_GETARG_INT32(3),
+								  PG_ARGISNULL(2) ? GetCurrentTransactionStartTimestamp()
+								  : PG_GETARG_TIMESTAMPTZ(2));
 	return (Datum) 0;
 }
 
@@ -654,7 +661,7 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	 * it moves up to the first expired lease, or to now when there is none
 	 * (see shmem.c).
 	 */
-	lease_hinted = pgq_hint_get(PGQ_HINT_LEASE, &lease_bound, &lease_epoch);
+	lease_hinted = pgq_hint_get(PGQ_HINT_LEASE, &lease_bound, &lease_epoch, true);
 	a[5] = TimestampTzGetDatum(lease_bound);
 	if (SPI_execute_plan(pgq_keep_plan(&plan_first_deadline,
 									   "SELECT min(lock_timeout) FROM pgqueue.work_queue"
@@ -1030,7 +1037,8 @@ pgq_nack(PG_FUNCTION_ARGS)
 									   "           LEFT JOIN pgqueue.queues s ON s.queue = j.queue) m"
 									   "  WHERE q.id = m.id"
 									   " RETURNING q.state::text, EXISTS (SELECT 1 FROM pgqueue.queues s"
-									   "                   WHERE s.queue = q.queue AND s.max_in_flight > 0)",
+									   "                   WHERE s.queue = q.queue AND s.max_in_flight > 0),"
+									   "           -(q.priority::bigint), q.run_after",
 									   7, types),
 						 args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "pgqueue: nack failed");
@@ -1040,6 +1048,15 @@ pgq_nack(PG_FUNCTION_ARGS)
 
 		state = SPI_palloc(strlen(s) + 1);
 		strcpy(state, s);
+		if (strcmp(state, "retry") == 0)
+		{
+			bool		n1,
+						n2;
+			Datum		np = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &n1);
+			Datum		ra = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &n2);
+
+			pgq_sched_lower_at_commit(DatumGetInt64(np), DatumGetTimestampTz(ra));
+		}
 		pgq_wake_if_capped();
 	}
 	SPI_finish();

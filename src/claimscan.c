@@ -83,7 +83,7 @@ pgq_attnum(Oid relid, const char *name)
 	return att;
 }
 
-static Oid
+Oid
 pgq_relid(Oid nsp, const char *name)
 {
 	Oid			relid = get_relname_relid(name, nsp);
@@ -162,7 +162,7 @@ pgq_lock_ready(int max_items, ArrayType *queues)
 					 AccessShareLock);
 
 	/* the bound is read before the snapshot is taken (see shmem.c) */
-	hinted = pgq_hint_get(PGQ_HINT_READY, &bound, &epoch);
+	hinted = pgq_hint_get(PGQ_HINT_READY, &bound, &epoch, queues == NULL);
 
 	/* a snapshot that sees what this transaction did so far, as SPI takes */
 	CommandCounterIncrement();
@@ -281,4 +281,64 @@ pgq_lock_ready(int max_items, ArrayType *queues)
 	table_close(rel, NoLock);
 
 	return construct_array(ids, nids, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR);
+}
+
+/*
+ * The names of the queues that have entries in pgqueue.queue_ready_idx,
+ * live or dead, as a text[] in index order.  They are read from the index
+ * tuples alone, one descent per name and no heap fetch: the entries that
+ * every scheduled job leaves at the head of its queue's range (dead, but not
+ * removable while an old snapshot holds VACUUM back) cost nothing here,
+ * where a loose index scan in SQL would have to visit each of their heap
+ * tuples to learn that it is gone.  The scheduling pass then probes each
+ * name from its bound.
+ */
+ArrayType *
+pgq_ready_queue_names(void)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+	Relation	rel = table_open(pgq_relid(nsp, "queue"), AccessShareLock);
+	Relation	idx = index_open(pgq_relid(nsp, "queue_ready_idx"), AccessShareLock);
+	IndexScanDesc scan;
+	ScanKeyData key;
+	Datum	   *names;
+	int			nnames = 0;
+	int			maxnames = 16;
+
+	names = palloc(sizeof(Datum) * maxnames);
+	scan = index_beginscan(rel, idx, GetActiveSnapshot(), 1, 0);
+	scan->xs_want_itup = true;
+	for (;;)
+	{
+		bool		isnull;
+		Datum		name;
+
+		/* first every name >= '', then the next one after the last found */
+		if (nnames == 0)
+			ScanKeyEntryInitialize(&key, 0, 1, BTGreaterEqualStrategyNumber,
+								   InvalidOid, idx->rd_indcollation[0],
+								   F_TEXT_GE, CStringGetTextDatum(""));
+		else
+			ScanKeyEntryInitialize(&key, 0, 1, BTGreaterStrategyNumber,
+								   InvalidOid, idx->rd_indcollation[0],
+								   F_TEXT_GT, names[nnames - 1]);
+		index_rescan(scan, &key, 1, NULL, 0);
+		if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
+			break;
+		name = index_getattr(scan->xs_itup, 1, scan->xs_itupdesc, &isnull);
+		if (isnull)
+			break;				/* queue is NOT NULL; NULLs sort last */
+		if (nnames == maxnames)
+		{
+			maxnames *= 2;
+			names = repalloc(names, sizeof(Datum) * maxnames);
+		}
+		names[nnames++] = PointerGetDatum(PG_DETOAST_DATUM_COPY(name));
+		CHECK_FOR_INTERRUPTS();
+	}
+	index_endscan(scan);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+
+	return construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT);
 }

@@ -69,6 +69,13 @@ typedef enum PgqHint
 	PGQ_NUM_HINTS
 } PgqHint;
 
+/* A key of queue_ready_idx after the queue: (-priority, run_after). */
+typedef struct PgqReadyKey
+{
+	int64		np;
+	TimestampTz ra;
+} PgqReadyKey;
+
 /* pgqueue.c */
 extern List *pgq_database_list(void);
 
@@ -84,16 +91,24 @@ extern bool pgq_db_known(int dbindex, int set);
 extern void pgq_prepare_wait(bool filtered);
 extern void pgq_wait_for_work(TimestampTz until);
 extern void pgq_end_wait(bool filtered);
-extern bool pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch);
+extern bool pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch,
+						 bool claim_full);
 extern void pgq_hint_set(PgqHint h, TimestampTz bound, uint64 epoch, bool full);
 extern void pgq_hint_lower_at_commit(PgqHint h, TimestampTz bound);
 extern void pgq_hint_hold(void);
+extern int	pgq_key_cmp(const PgqReadyKey *a, const PgqReadyKey *b);
+extern bool pgq_sched_bound_get(PgqReadyKey *bound, uint64 *ticket);
+extern void pgq_sched_bound_set(const PgqReadyKey *found, uint64 ticket, bool full);
+extern void pgq_sched_lower_at_commit(int64 np, TimestampTz ra);
+extern void pgq_sched_moved(void);
 
 /* schedule.c; caller must be connected to SPI inside a transaction */
 extern int	pgq_schedule_pass(int max_items);
 
 /* claimscan.c; caller must be inside a transaction */
 extern ArrayType *pgq_lock_ready(int max_items, ArrayType *queues);
+extern ArrayType *pgq_ready_queue_names(void);
+extern Oid	pgq_relid(Oid nsp, const char *name);
 
 /* uuid7.c */
 extern void pgq_uuid7(pg_uuid_t *uuid);

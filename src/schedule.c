@@ -64,21 +64,22 @@ static const char *busy_sql =
 /*
  * One round.  $1 = how many jobs at most, $2 = batch_order of the last job
  * already moved in this pass, $3 = true for the fair-share round, false to
- * offer all of $1 to every queue, $4 = the queues to leave out (busy_sql).
+ * offer all of $1 to every queue, $4 = the queues to leave out (busy_sql),
+ * ($5, $6) = the scheduling bound (shmem.c): queues are walked from there,
+ * $7 = the names of the queues in queue_ready_idx (pgq_ready_queue_names).
  */
 static const char *round_sql =
-"WITH RECURSIVE"
+"WITH"
 " t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts),"
-/* queues with ready jobs: a loose index scan of queue_ready_idx */
-" active (queue) AS ("
-"   (SELECT q.queue FROM pgqueue.queue q"
-"     WHERE q.state IN ('pending', 'retry')"
-"     ORDER BY q.queue LIMIT 1)"
-"   UNION ALL"
-"   SELECT (SELECT q.queue FROM pgqueue.queue q"
-"            WHERE q.state IN ('pending', 'retry') AND q.queue > a.queue"
-"            ORDER BY q.queue LIMIT 1)"
-"     FROM active a WHERE a.queue IS NOT NULL),"
+/* queues with ready jobs, and the key of the first (pgq_ready_queue_names) */
+" active (queue, np, ra) AS ("
+"  SELECT f.queue, f.np, f.ra"
+"    FROM pg_catalog.unnest($7::text[]) AS n (queue) CROSS JOIN LATERAL ("
+"         SELECT q.queue, -(q.priority::bigint) AS np, q.run_after AS ra"
+"           FROM pgqueue.queue q"
+"          WHERE q.queue = n.queue AND q.state IN ('pending', 'retry')"
+"            AND (-(q.priority::bigint), q.run_after) >= ($5, $6)"
+"          ORDER BY -(q.priority::bigint), q.run_after, q.id LIMIT 1) f),"
 /* their settings, and the room each has under max_in_flight */
 " conf AS ("
 "  SELECT a.queue, coalesce(s.weight, 1) AS weight,"
@@ -88,7 +89,7 @@ static const char *round_sql =
 "                     WHERE c.queue = a.queue AND c.state = 'scheduled'))"
 "         END AS room"
 "    FROM active a LEFT JOIN pgqueue.queues s ON s.queue = a.queue"
-"   WHERE a.queue IS NOT NULL AND NOT coalesce(s.paused, false)"
+"   WHERE NOT coalesce(s.paused, false)"
 "     AND a.queue <> ALL ($4::text[])),"
 " quota AS ("
 "  SELECT c.queue, c.weight, c.room,"
@@ -105,8 +106,9 @@ static const char *round_sql =
 "    FROM quota k CROSS JOIN LATERAL ("
 "         SELECT q.id, q.queue, q.priority, q.run_after FROM pgqueue.queue q"
 "          WHERE q.queue = k.queue AND q.state IN ('pending', 'retry')"
+"            AND (-(q.priority::bigint), q.run_after) >= ($5, $6)"
 "            AND q.run_after <= (SELECT t.ts FROM t)"
-"          ORDER BY q.priority DESC, q.run_after, q.id"
+"          ORDER BY -(q.priority::bigint), q.run_after, q.id"
 "          LIMIT k.lim"
 "            FOR UPDATE OF q SKIP LOCKED) j"
 "   WHERE k.lim > 0),"
@@ -131,31 +133,47 @@ static const char *round_sql =
 "        (SELECT count(*)::int"
 "           FROM quota k JOIN (SELECT c.queue, count(*) AS n FROM cand c GROUP BY c.queue) g"
 "             ON g.queue = k.queue"
-"          WHERE k.lim < k.room AND g.n >= k.lim)";
+"          WHERE k.lim < k.room AND g.n >= k.lim),"
+/* the new bound: the first ready job of all queues, before this pass */
+"        f.np, f.ra"
+"   FROM (SELECT 1) one LEFT JOIN"
+"        (SELECT a.np, a.ra FROM active a ORDER BY a.np, a.ra LIMIT 1) f ON true";
 
 /*
- * Run one round; returns how many jobs it moved, and sets *short_queues to
- * the number of queues that got their whole fair share and may have more.
+ * Run one round; returns how many jobs it moved, sets *short_queues to the
+ * number of queues that got their whole fair share and may have more, and
+ * *found to the key of the first ready job in any queue, as the round's
+ * snapshot saw them before its moves (the highest key when there is none).
  */
 static int
 pgq_schedule_round(int max_items, int order_base, bool fair, Datum busy,
-				   int *short_queues)
+				   const PgqReadyKey *bound, Datum names, int *short_queues,
+				   PgqReadyKey *found)
 {
-	Oid			types[4] = {INT4OID, INT4OID, BOOLOID, TEXTARRAYOID};
-	Datum		args[4];
+	Oid			types[7] = {INT4OID, INT4OID, BOOLOID, TEXTARRAYOID, INT8OID,
+	TIMESTAMPTZOID, TEXTARRAYOID};
+	Datum		args[7];
 	bool		isnull;
+	Datum		d;
 
 	args[0] = Int32GetDatum(max_items);
 	args[1] = Int32GetDatum(order_base);
 	args[2] = BoolGetDatum(fair);
 	args[3] = busy;
+	args[4] = Int64GetDatum(bound->np);
+	args[5] = TimestampTzGetDatum(bound->ra);
+	args[6] = names;
 
-	if (SPI_execute_plan(pgq_keep_plan(&plan_round, round_sql, 4, types),
+	if (SPI_execute_plan(pgq_keep_plan(&plan_round, round_sql, 7, types),
 						 args, NULL, false, 0) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "pgqueue: scheduling pass failed");
 	*short_queues = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 												SPI_tuptable->tupdesc, 2, &isnull));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	found->np = isnull ? PG_INT64_MAX : DatumGetInt64(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
+	found->ra = isnull ? DT_NOEND : DatumGetTimestampTz(d);
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 									   SPI_tuptable->tupdesc, 1, &isnull));
 }
@@ -169,24 +187,36 @@ int
 pgq_schedule_pass(int max_items)
 {
 	Datum		busy;
+	Datum		names;
 	bool		isnull;
 	int			moved;
 	int			short_queues;
 	TimestampTz start = GetCurrentTimestamp();	/* <= the rows' created */
+	PgqReadyKey bound;
+	PgqReadyKey found;
+	uint64		ticket;
+	bool		hinted;
+
+	/* read before the snapshot of the first round (see shmem.c) */
+	hinted = pgq_sched_bound_get(&bound, &ticket);
 
 	if (SPI_execute_plan(pgq_keep_plan(&plan_busy, busy_sql, 0, NULL),
 						 NULL, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "pgqueue: scheduling pass failed");
 	busy = PointerGetDatum(DatumGetArrayTypePCopy(SPI_getbinval(SPI_tuptable->vals[0],
 																SPI_tuptable->tupdesc, 1, &isnull)));
-	moved = pgq_schedule_round(max_items, 0, true, busy, &short_queues);
+	names = PointerGetDatum(pgq_ready_queue_names());
+	moved = pgq_schedule_round(max_items, 0, true, busy, &bound, names,
+							   &short_queues, &found);
+	pgq_sched_bound_set(&found, ticket, !hinted);
 	/* room left, and a queue that may have more than its share: round 2 */
 	if (moved < max_items && short_queues > 0)
 		moved += pgq_schedule_round(max_items - moved, moved, false, busy,
-									&short_queues);
+									&bound, names, &short_queues, &found);
 
 	if (moved > 0)
 	{
+		pgq_sched_moved();
 		pgq_count(PGQ_SCHEDULED, moved);
 		pgq_claimable_at_commit(moved);
 		pgq_hint_lower_at_commit(PGQ_HINT_READY, start);

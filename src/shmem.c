@@ -58,7 +58,11 @@ typedef struct PgqDbSlot
 	slock_t		hint_mutex;		/* protects the hint fields */
 	TimestampTz hint_bound[PGQ_NUM_HINTS];	/* see pgq_hint_get */
 	uint64		hint_epoch[PGQ_NUM_HINTS];	/* bumped by every lowering */
-	TimestampTz hint_checked[PGQ_NUM_HINTS];	/* last full scan, 0: never */
+	TimestampTz hint_next_full[PGQ_NUM_HINTS];	/* when a full scan is due */
+	PgqReadyKey sched_bound;	/* see pgq_sched_bound_get */
+	PgqReadyKey sched_low;		/* lowest lowering since the last set */
+	uint64		sched_sets;		/* bumped by every set */
+	TimestampTz sched_next_full;	/* when a full pass is due */
 } PgqDbSlot;
 
 typedef struct PgqShared
@@ -101,6 +105,13 @@ static TimestampTz pending_lower[PGQ_NUM_HINTS] = {DT_NOEND, DT_NOEND};
 
 /* The current transaction claimed or extended: see pgq_hint_hold. */
 static bool hints_held = false;
+
+/* Lowering of the scheduling bound owed at commit; valid if sched_pending. */
+static PgqReadyKey sched_pending_low;
+static bool sched_pending = false;
+
+/* The current transaction moved jobs: see pgq_sched_moved. */
+static bool sched_moved = false;
 
 static void pgq_shmem_request(void);
 static void pgq_shmem_startup(void);
@@ -547,12 +558,52 @@ pgq_end_wait(bool filtered)
  * The bound only tells where to start, never whether a row may be taken.
  * What it misses, rows made claimable behind the API's back (a manual
  * UPDATE of work_queue) or by a PREPAREd transaction committed later, is
- * found by a full scan at least every PGQ_HINT_CHECK_MS.
+ * found by the next full scan: one is due PGQ_HINT_CHECK_MS after the last,
+ * later while they are slow (pgq_full_due).
  * ----------------------------------------------------------------
  */
 
 #define PGQ_HINT_CHECK_MS 1000
 #define PGQ_HINT_NO_SET PG_UINT64_MAX	/* an epoch that never matches */
+
+/*
+ * A full scan walks every entry VACUUM has not removed yet: while an old
+ * snapshot holds VACUUM back, that is every row claimed (or scheduled)
+ * since, each a heap fetch.  So one backend at a time does it (it claims
+ * the check when it starts), and the next one is due no sooner than
+ * PGQ_FULL_COST times as long as the last took, at most PGQ_HINT_MAX_MS:
+ * full scans cost at most 1/PGQ_FULL_COST of one process's time.
+ */
+#define PGQ_FULL_COST 20
+#define PGQ_HINT_MAX_MS 30000
+
+/* When this backend started the full scan of hint h (PGQ_NUM_HINTS: sched) */
+static TimestampTz full_started[PGQ_NUM_HINTS + 1];
+
+/*
+ * Is a full scan due?  If so, the caller does it: the next one is put off
+ * for now.  Called under hint_mutex.
+ */
+static bool
+pgq_full_due(TimestampTz *next_full, int h, TimestampTz now)
+{
+	if (now < *next_full && *next_full - now <= PGQ_HINT_MAX_MS * INT64CONST(1000))
+		return false;
+	*next_full = now + PGQ_HINT_CHECK_MS * INT64CONST(1000);
+	full_started[h] = now;
+	return true;
+}
+
+/* The full scan started by pgq_full_due is done.  Called under hint_mutex. */
+static void
+pgq_full_done(TimestampTz *next_full, int h, TimestampTz now)
+{
+	int64		wait = Max(now - full_started[h], 0) * PGQ_FULL_COST;
+
+	wait = Max(wait, PGQ_HINT_CHECK_MS * INT64CONST(1000));
+	wait = Min(wait, PGQ_HINT_MAX_MS * INT64CONST(1000));
+	*next_full = now + wait;
+}
 
 static void
 pgq_hints_reset(PgqDbSlot *slot)
@@ -563,17 +614,25 @@ pgq_hints_reset(PgqDbSlot *slot)
 	{
 		slot->hint_bound[h] = DT_NOBEGIN;
 		slot->hint_epoch[h] = 0;
-		slot->hint_checked[h] = 0;
+		slot->hint_next_full[h] = 0;
 	}
+	slot->sched_bound.np = PG_INT64_MIN;
+	slot->sched_bound.ra = DT_NOBEGIN;
+	slot->sched_low.np = PG_INT64_MAX;
+	slot->sched_low.ra = DT_NOEND;
+	slot->sched_sets = 0;
+	slot->sched_next_full = 0;
 }
 
 /*
  * Read hint h: returns false when a full scan is due (no shared memory, or
- * none in the last PGQ_HINT_CHECK_MS); *bound is then DT_NOBEGIN.  *epoch
- * is for pgq_hint_set.
+ * see pgq_full_due); *bound is then DT_NOBEGIN.  *epoch is for
+ * pgq_hint_set.  A caller that will not set the bound (claim_full false)
+ * does not take the full scan on itself: it walks from the start while one
+ * is due.
  */
 bool
-pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch)
+pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch, bool claim_full)
 {
 	PgqDbSlot  *slot = pgq_my_slot();
 	TimestampTz now;
@@ -586,9 +645,10 @@ pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch)
 	now = GetCurrentTimestamp();
 	SpinLockAcquire(&slot->hint_mutex);
 	*epoch = slot->hint_epoch[h];
-	valid = slot->hint_checked[h] != 0 &&
-		now - slot->hint_checked[h] < PGQ_HINT_CHECK_MS * INT64CONST(1000) &&
-		now >= slot->hint_checked[h];
+	if (claim_full)
+		valid = !pgq_full_due(&slot->hint_next_full[h], h, now);
+	else
+		valid = now < slot->hint_next_full[h];
 	if (valid)
 		*bound = slot->hint_bound[h];
 	SpinLockRelease(&slot->hint_mutex);
@@ -622,11 +682,11 @@ pgq_hint_set(PgqHint h, TimestampTz bound, uint64 epoch, bool full)
 		return;
 	now = GetCurrentTimestamp();
 	SpinLockAcquire(&slot->hint_mutex);
-	if (slot->hint_epoch[h] == epoch && (full || slot->hint_checked[h] != 0))
+	if (slot->hint_epoch[h] == epoch)
 	{
 		slot->hint_bound[h] = bound;
 		if (full)
-			slot->hint_checked[h] = now;
+			pgq_full_done(&slot->hint_next_full[h], h, now);
 	}
 	SpinLockRelease(&slot->hint_mutex);
 }
@@ -664,6 +724,20 @@ pgq_hints_apply(bool commit)
 	int			h;
 
 	hints_held = false;
+	sched_moved = false;
+	if (sched_pending)
+	{
+		sched_pending = false;
+		if (commit && (slot = pgq_my_slot()) != NULL)
+		{
+			SpinLockAcquire(&slot->hint_mutex);
+			if (pgq_key_cmp(&sched_pending_low, &slot->sched_bound) < 0)
+				slot->sched_bound = sched_pending_low;
+			if (pgq_key_cmp(&sched_pending_low, &slot->sched_low) < 0)
+				slot->sched_low = sched_pending_low;
+			SpinLockRelease(&slot->hint_mutex);
+		}
+	}
 	for (h = 0; h < PGQ_NUM_HINTS; h++)
 	{
 		TimestampTz low = pending_lower[h];
@@ -679,4 +753,127 @@ pgq_hints_apply(bool commit)
 		slot->hint_epoch[h]++;
 		SpinLockRelease(&slot->hint_mutex);
 	}
+}
+
+/* ----------------------------------------------------------------
+ * The scheduling bound
+ *
+ * The same idea for the scheduling pass's walks of queue_ready_idx
+ * (queue, -priority, run_after, id): every job a pass moves leaves a dead
+ * entry at the head of its queue's range, where the next pass would step
+ * over it (and, while an old snapshot holds VACUUM back, fetch its heap
+ * tuple to find it dead).  The bound is a key (-priority, run_after) below
+ * which no queue has a pending or retry job; passes walk each queue from
+ * (queue, bound) on.
+ *
+ * A pass finds the new bound in the same statement that moves the jobs:
+ * the smallest key over the first ready job of every queue, as its snapshot
+ * sees them (before its own moves, so that a rollback of the pass puts
+ * nothing below it), whether due, paused, capped or locked by another pass.
+ * Jobs can also appear below it: a push with a higher priority or an older
+ * run_after, a nack that sets retry.  Those transactions lower the bound
+ * when they commit (pgq_sched_lower_at_commit), and also keep the lowest
+ * such key since the last set in sched_low: a set takes the smaller of what
+ * its pass found and sched_low, so a job committed after the pass's
+ * snapshot (invisible to it) is never passed.  A set is refused when
+ * another set came in between (sched_sets), when the pass's snapshot is
+ * the transaction's (it may predate lowerings already folded into the
+ * bound) and once the transaction has moved jobs (its later passes see
+ * them gone; a rollback would bring them back).  Jobs made ready behind the
+ * API's back are found by the next full pass (pgq_full_due).
+ * ----------------------------------------------------------------
+ */
+
+int
+pgq_key_cmp(const PgqReadyKey *a, const PgqReadyKey *b)
+{
+	if (a->np != b->np)
+		return a->np < b->np ? -1 : 1;
+	if (a->ra != b->ra)
+		return a->ra < b->ra ? -1 : 1;
+	return 0;
+}
+
+/*
+ * Read the scheduling bound: returns false when a full pass is due; *bound
+ * is then the lowest key.  *ticket is for pgq_sched_bound_set.
+ */
+bool
+pgq_sched_bound_get(PgqReadyKey *bound, uint64 *ticket)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+	TimestampTz now;
+	bool		valid;
+
+	bound->np = PG_INT64_MIN;
+	bound->ra = DT_NOBEGIN;
+	*ticket = PGQ_HINT_NO_SET;
+	if (slot == NULL)
+		return false;
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&slot->hint_mutex);
+	*ticket = slot->sched_sets;
+	valid = !pgq_full_due(&slot->sched_next_full, PGQ_NUM_HINTS, now);
+	if (valid)
+		*bound = slot->sched_bound;
+	SpinLockRelease(&slot->hint_mutex);
+
+	/* its own jobs are visible to it before it commits */
+	if (sched_pending && pgq_key_cmp(&sched_pending_low, bound) < 0)
+		*bound = sched_pending_low;
+	if (sched_moved || IsolationUsesXactSnapshot())
+		*ticket = PGQ_HINT_NO_SET;
+	return valid;
+}
+
+/*
+ * Set the scheduling bound to found, what a pass that read ticket
+ * (pgq_sched_bound_get) before its snapshot saw, or lower.  full: the pass
+ * walked from the start of every queue.
+ */
+void
+pgq_sched_bound_set(const PgqReadyKey *found, uint64 ticket, bool full)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+	TimestampTz now;
+
+	if (slot == NULL || ticket == PGQ_HINT_NO_SET)
+		return;
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&slot->hint_mutex);
+	if (slot->sched_sets == ticket)
+	{
+		slot->sched_bound = *found;
+		if (pgq_key_cmp(&slot->sched_low, found) < 0)
+			slot->sched_bound = slot->sched_low;
+		slot->sched_low.np = PG_INT64_MAX;
+		slot->sched_low.ra = DT_NOEND;
+		slot->sched_sets++;
+		if (full)
+			pgq_full_done(&slot->sched_next_full, PGQ_NUM_HINTS, now);
+	}
+	SpinLockRelease(&slot->hint_mutex);
+}
+
+/*
+ * A job with key (-priority, run_after) becomes pending or retry when the
+ * current transaction commits.
+ */
+void
+pgq_sched_lower_at_commit(int64 np, TimestampTz ra)
+{
+	PgqReadyKey k;
+
+	k.np = np;
+	k.ra = ra;
+	if (!sched_pending || pgq_key_cmp(&k, &sched_pending_low) < 0)
+		sched_pending_low = k;
+	sched_pending = true;
+}
+
+/* The current transaction moved jobs to work_queue: it sets no bound now. */
+void
+pgq_sched_moved(void)
+{
+	sched_moved = true;
 }
