@@ -281,6 +281,19 @@ pgq_queues_arg(FunctionCallInfo fcinfo, int argno)
  */
 
 /*
+ * The jobs pgq_push and pgq_push_batch insert (run_after is argument 2,
+ * priority argument 3 of both) are ready below the scheduling bound when
+ * they commit: lower it to their key.
+ */
+static void
+pgq_push_lower_at_commit(FunctionCallInfo fcinfo)
+{
+	pgq_sched_lower_at_commit(-(int64) PG_GETARG_INT32(3),
+							  PG_ARGISNULL(2) ? GetCurrentTransactionStartTimestamp()
+							  : PG_GETARG_TIMESTAMPTZ(2));
+}
+
+/*
  * pgq_push(queue, payload, run_after, priority, dedup_key) returns uuid
  *
  * Inserts a pending job.  With a dedup_key, a live job with the same
@@ -389,9 +402,7 @@ pgq_push(PG_FUNCTION_ARGS)
 
 	pgq_count(PGQ_PUSHED, 1);
 	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
-	pgq_sched_lower_at_commit(-(int64) PG_GETARG_INT32(3),
-							  PG_ARGISNULL(2) ? GetCurrentTransactionStartTimestamp()
-							  : PG_GETARG_TIMESTAMPTZ(2));
+	pgq_push_lower_at_commit(fcinfo);
 	PG_RETURN_UUID_P(result);
 }
 
@@ -488,9 +499,7 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	pgq_count(PGQ_PUSHED, n);
 	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
 	if (n > 0)
-		pgq_sched_lower_at_commit(-(int64) PG_GETARG_INT32(3),
-								  PG_ARGISNULL(2) ? GetCurrentTransactionStartTimestamp()
-								  : PG_GETARG_TIMESTAMPTZ(2));
+		pgq_push_lower_at_commit(fcinfo);
 	return (Datum) 0;
 }
 
@@ -1050,12 +1059,13 @@ pgq_nack(PG_FUNCTION_ARGS)
 		strcpy(state, s);
 		if (strcmp(state, "retry") == 0)
 		{
-			bool		n1,
-						n2;
-			Datum		np = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &n1);
-			Datum		ra = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &n2);
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
 
-			pgq_sched_lower_at_commit(DatumGetInt64(np), DatumGetTimestampTz(ra));
+			/* the job is ready again (key columns 3, 4) when this commits */
+			pgq_sched_lower_at_commit(DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull)),
+									  DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull)));
 		}
 		pgq_wake_if_capped();
 	}

@@ -642,6 +642,9 @@ pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch, bool claim_full)
 	*epoch = 0;
 	if (slot == NULL)
 		return false;
+	/* a scan that will set no bound does not take the full scan on itself */
+	if (pending_lower[h] != DT_NOEND || hints_held)
+		claim_full = false;
 	now = GetCurrentTimestamp();
 	SpinLockAcquire(&slot->hint_mutex);
 	*epoch = slot->hint_epoch[h];
@@ -804,16 +807,21 @@ pgq_sched_bound_get(PgqReadyKey *bound, uint64 *ticket)
 	PgqDbSlot  *slot = pgq_my_slot();
 	TimestampTz now;
 	bool		valid;
+	bool		can_set;
 
 	bound->np = PG_INT64_MIN;
 	bound->ra = DT_NOBEGIN;
 	*ticket = PGQ_HINT_NO_SET;
 	if (slot == NULL)
 		return false;
+	can_set = !sched_moved && !IsolationUsesXactSnapshot();
 	now = GetCurrentTimestamp();
 	SpinLockAcquire(&slot->hint_mutex);
-	*ticket = slot->sched_sets;
-	valid = !pgq_full_due(&slot->sched_next_full, PGQ_NUM_HINTS, now);
+	*ticket = can_set ? slot->sched_sets : PGQ_HINT_NO_SET;
+	if (can_set)
+		valid = !pgq_full_due(&slot->sched_next_full, PGQ_NUM_HINTS, now);
+	else
+		valid = now < slot->sched_next_full;
 	if (valid)
 		*bound = slot->sched_bound;
 	SpinLockRelease(&slot->hint_mutex);
@@ -821,8 +829,6 @@ pgq_sched_bound_get(PgqReadyKey *bound, uint64 *ticket)
 	/* its own jobs are visible to it before it commits */
 	if (sched_pending && pgq_key_cmp(&sched_pending_low, bound) < 0)
 		*bound = sched_pending_low;
-	if (sched_moved || IsolationUsesXactSnapshot())
-		*ticket = PGQ_HINT_NO_SET;
 	return valid;
 }
 
