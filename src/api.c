@@ -31,6 +31,7 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
+#include "utils/uuid.h"
 
 #include "pgqueue.h"
 
@@ -56,7 +57,8 @@ static SPIPlanPtr plan_find_dedup = NULL;
 static SPIPlanPtr plan_push_batch = NULL;
 static SPIPlanPtr plan_first_deadline = NULL;
 static SPIPlanPtr plan_claim_stolen = NULL;
-static SPIPlanPtr plan_claim_ids = NULL;
+static SPIPlanPtr plan_claim_ids_work = NULL;
+static SPIPlanPtr plan_claim_ids_job = NULL;
 static SPIPlanPtr plan_next_expiry = NULL;
 static SPIPlanPtr plan_extend = NULL;
 static SPIPlanPtr plan_ack = NULL;
@@ -509,9 +511,9 @@ pgq_push_batch(PG_FUNCTION_ARGS)
  */
 
 /*
- * The end of every claim statement.  It expects CTE "c" (the locked
- * work_queue rows to hand out, column id), bumps
- * tries and version of each job (the version returned is the job's, in
+ * The end of the statement that claims expired leases (claim_stolen_sql).
+ * It expects CTE "c" (the locked work_queue rows to hand out, column id),
+ * bumps tries and version of each job (the version returned is the job's, in
  * pgqueue.queue; work_queue.version counts the claims of the row), and sets
  * the lease.  $1 is the lock_key, $3 the lease, $5 the claim time (the
  * real time, GetCurrentTimestamp(), when the claim began).
@@ -532,12 +534,6 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	"         version = w.version + 1" \
 	"   WHERE w.id = ANY (ARRAY(SELECT c.id FROM c))" \
 	"  RETURNING w.id, w.lock_timeout, w.created, w.batch_order)"
-
-#define CLAIM_RESULT \
-	" SELECT cj.id, cj.queue, cj.payload, cj.tries, cj.version, cw.lock_timeout," \
-	"        0::bigint AS failed" \
-	"   FROM cj JOIN cw ON cw.id = cj.id" \
-	"  ORDER BY cw.created, cw.batch_order"
 
 
 /*
@@ -583,13 +579,24 @@ CLAIM_UPDATES
 "  ORDER BY x.created, x.batch_order";
 
 /*
- * Claim the never-claimed (or released) rows that pgq_lock_ready locked:
- * $6 holds their ids.
+ * Claim the never-claimed (or released) rows that pgq_lock_ready locked,
+ * whose ids are in $4 (work_queue) and $1 (queue).  Two plain updates, each a
+ * primary-key probe, and the rows are put together in C (pgq_claim_put_ids):
+ * the single statement of CLAIM_UPDATES needs a CTE scan, a hash join and a
+ * sort on top, which cost more to start up and run than the updates
+ * themselves for the usual claim of one job.
  */
-static const char *claim_ids_sql =
-"WITH c AS (SELECT x.id FROM pg_catalog.unnest($6::uuid[]) AS x (id)),"
-CLAIM_UPDATES
-CLAIM_RESULT;
+static const char *claim_ids_work_sql =
+"UPDATE pgqueue.work_queue w"
+"   SET lock_key = $1, started = $2, lock_timeout = $2 + $3,"
+"       version = w.version + 1"
+" WHERE w.id = ANY ($4)"
+" RETURNING w.id, w.lock_timeout";
+
+static const char *claim_ids_job_sql =
+"UPDATE pgqueue.queue q SET tries = q.tries + 1, version = q.version + 1"
+" WHERE q.id = ANY ($1)"
+" RETURNING q.id, q.queue, q.payload, q.tries, q.version";
 
 /*
  * Copy the rows of the last claim statement into the result set; returns
@@ -617,6 +624,89 @@ pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed, TimestampTz *min_lease)
 			values[col] = SPI_getbinval(tup, desc, col + 1, &isnull[col]);
 		if (isnull[0])
 			continue;			/* the stolen-claim row that only counts */
+		if (!isnull[5] && DatumGetTimestampTz(values[5]) < *min_lease)
+			*min_lease = DatumGetTimestampTz(values[5]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * The row of tuptable whose first column (a uuid) is id, or NULL.  The
+ * tables hold at most max_items rows; a linear search is cheaper than any
+ * index for the usual one to ten.
+ */
+static HeapTuple
+pgq_find_by_id(SPITupleTable *tuptable, uint64 ntuples, Datum id)
+{
+	uint64		i;
+
+	for (i = 0; i < ntuples; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(tuptable->vals[i], tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull && memcmp(DatumGetUUIDP(d), DatumGetUUIDP(id), UUID_LEN) == 0)
+			return tuptable->vals[i];
+	}
+	return NULL;
+}
+
+/*
+ * Lease and claim the work_queue rows with the given ids (locked by
+ * pgq_lock_ready, in claim order) and put them into the result set in that
+ * order; returns how many.  args holds $1 lock_key and $3 lease of
+ * pgq_claim_once's statements, now the claim time.
+ */
+static int
+pgq_claim_ids(ReturnSetInfo *rsinfo, ArrayType *ids, Datum *args,
+			  TimestampTz now, TimestampTz *min_lease)
+{
+	Oid			wtypes[4] = {TEXTOID, TIMESTAMPTZOID, INTERVALOID, UUIDARRAYOID};
+	Oid			jtype = UUIDARRAYOID;
+	Datum		wargs[4];
+	Datum		jarg = PointerGetDatum(ids);
+	SPITupleTable *wtab;
+	uint64		nw;
+	SPITupleTable *jtab;
+	uint64		nj;
+	Datum	   *idv;
+	int			nids;
+	int			i;
+	int			n = 0;
+
+	wargs[0] = args[0];
+	wargs[1] = TimestampTzGetDatum(now);
+	wargs[2] = args[2];
+	wargs[3] = PointerGetDatum(ids);
+	if (SPI_execute_plan(pgq_keep_plan(&plan_claim_ids_work, claim_ids_work_sql, 4, wtypes),
+						 wargs, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "pgqueue: claim failed");
+	wtab = SPI_tuptable;		/* kept until SPI_finish */
+	nw = SPI_processed;
+	if (SPI_execute_plan(pgq_keep_plan(&plan_claim_ids_job, claim_ids_job_sql, 1, &jtype),
+						 &jarg, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "pgqueue: claim failed");
+	jtab = SPI_tuptable;
+	nj = SPI_processed;
+
+	deconstruct_array(ids, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR,
+					  &idv, NULL, &nids);
+	for (i = 0; i < nids; i++)
+	{
+		HeapTuple	wt = pgq_find_by_id(wtab, nw, idv[i]);
+		HeapTuple	jt = pgq_find_by_id(jtab, nj, idv[i]);
+		Datum		values[6];
+		bool		isnull[6];
+		int			col;
+
+		/* both exist: the row is locked and its job cannot go (ON DELETE CASCADE) */
+		if (wt == NULL || jt == NULL)
+			continue;
+		for (col = 0; col < 5; col++)
+			values[col] = SPI_getbinval(jt, jtab->tupdesc, col + 1, &isnull[col]);
+		values[5] = SPI_getbinval(wt, wtab->tupdesc, 2, &isnull[5]);
 		if (!isnull[5] && DatumGetTimestampTz(values[5]) < *min_lease)
 			*min_lease = DatumGetTimestampTz(values[5]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
@@ -708,14 +798,7 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 										 filtered ? DatumGetArrayTypeP(args[3]) : NULL);
 
 		if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) > 0)
-		{
-			types[5] = UUIDARRAYOID;
-			a[5] = PointerGetDatum(ids);
-			if (SPI_execute_plan(pgq_keep_plan(&plan_claim_ids, claim_ids_sql, 6, types),
-								 a, n, false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "pgqueue: claim failed");
-			fresh = pgq_claim_put(rsinfo, &failed, &min_lease);
-		}
+			fresh = pgq_claim_ids(rsinfo, ids, a, now, &min_lease);
 	}
 
 	if (stolen + fresh == 0 && next_expiry != NULL)
