@@ -55,7 +55,6 @@ static SPIPlanPtr plan_push = NULL;
 static SPIPlanPtr plan_push_dedup = NULL;
 static SPIPlanPtr plan_find_dedup = NULL;
 static SPIPlanPtr plan_push_batch = NULL;
-static SPIPlanPtr plan_first_deadline = NULL;
 static SPIPlanPtr plan_claim_stolen = NULL;
 static SPIPlanPtr plan_claim_ids_work = NULL;
 static SPIPlanPtr plan_claim_ids_job = NULL;
@@ -739,8 +738,8 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	TimestampTz min_lease = DT_NOEND;
 	uint64		lease_epoch;
 	bool		lease_hinted;
-	Datum		deadline;
-	bool		isnull;
+	TimestampTz deadline;
+	bool		expired;
 
 	/* $1 .. $4 as given, $5 the claim time, $6 the lease bound */
 	memcpy(a, args, sizeof(Datum) * 4);
@@ -755,31 +754,21 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	 * Expired leases are rare: look for one with a single probe of
 	 * work_queue_lease_idx, from the PGQ_HINT_LEASE bound up to now, before
 	 * running the statement that steals (or fails) them.  The bound is read
-	 * before the probe's snapshot (not read-only: SPI takes a new one, where
-	 * a read-only statement would use the calling statement's, older one);
-	 * it moves up to the first expired lease, or to now when there is none
-	 * (see shmem.c).
+	 * before the probe's snapshot (a new one, as a non-read-only SPI
+	 * statement takes); it moves up to the first expired lease, or to now
+	 * when there is none (see shmem.c).
 	 */
 	lease_hinted = pgq_hint_get(PGQ_HINT_LEASE, &lease_bound, &lease_epoch, true);
-	a[5] = TimestampTzGetDatum(lease_bound);
-	if (SPI_execute_plan(pgq_keep_plan(&plan_first_deadline,
-									   "SELECT min(lock_timeout) FROM pgqueue.work_queue"
-									   " WHERE lock_timeout < $1 AND lock_timeout >= $2",
-									   2, &types[4]),
-						 &a[4], NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "pgqueue: lease lookup failed");
-	deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	pgq_hint_set(PGQ_HINT_LEASE, isnull ? now : DatumGetTimestampTz(deadline),
-				 lease_epoch, !lease_hinted);
-	if (!isnull)
-		a[5] = deadline;
+	deadline = pgq_first_expired(lease_bound, now, &expired);
+	pgq_hint_set(PGQ_HINT_LEASE, expired ? deadline : now, lease_epoch, !lease_hinted);
+	a[5] = TimestampTzGetDatum(expired ? deadline : lease_bound);
 
 	/*
 	 * Jobs failed on their last try do not fill the claim: while some were
 	 * failed and there is room, look for more expired leases.
 	 */
 	stolen = 0;
-	while (!isnull)
+	while (expired)
 	{
 		int64		failed_before = failed;
 
@@ -804,6 +793,7 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 	if (stolen + fresh == 0 && next_expiry != NULL)
 	{
 		Datum		d;
+		bool		isnull;
 
 		if (SPI_execute_plan(pgq_keep_plan(&plan_next_expiry,
 										   "SELECT min(w.lock_timeout) FROM pgqueue.work_queue w"

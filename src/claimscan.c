@@ -284,6 +284,63 @@ pgq_lock_ready(int max_items, ArrayType *queues)
 }
 
 /*
+ * The earliest lease deadline in [from, now) of pgqueue.work_queue, as a
+ * new snapshot sees it (what a non-read-only SPI statement would see);
+ * *found is false when there is none.  One probe of work_queue_lease_idx,
+ * without the plan and executor start-up of the same query in SQL, which
+ * every claim runs and which almost always finds nothing.
+ */
+TimestampTz
+pgq_first_expired(TimestampTz from, TimestampTz now, bool *found)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+	Oid			relid = pgq_relid(nsp, "work_queue");
+	AttrNumber	att = pgq_attnum(relid, "lock_timeout");
+	Relation	rel = table_open(relid, AccessShareLock);
+	Relation	idx = index_open(pgq_relid(nsp, "work_queue_lease_idx"), AccessShareLock);
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	ScanKeyData keys[2];
+	TimestampTz result = 0;
+
+	*found = false;
+	CommandCounterIncrement();
+	PushCopiedSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
+						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+						   TimestampTzGetDatum(from));
+	ScanKeyEntryInitialize(&keys[1], 0, 1, BTLessStrategyNumber,
+						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_LT,
+						   TimestampTzGetDatum(now));
+	scan = index_beginscan(rel, idx, GetActiveSnapshot(), 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	slot = table_slot_create(rel, NULL);
+
+	/* the heap version is re-checked: the entry may lead through a HOT chain */
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		TimestampTz t = DatumGetTimestampTz(slot_getattr(slot, att, &isnull));
+
+		if (!isnull && t >= from && t < now)
+		{
+			result = t;
+			*found = true;
+			break;
+		}
+	}
+
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	PopActiveSnapshot();
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	return result;
+}
+
+/*
  * The names of the queues that have entries in pgqueue.queue_ready_idx,
  * live or dead, as a text[] in index order.  They are read from the index
  * tuples alone, one descent per name and no heap fetch: the entries that

@@ -108,6 +108,7 @@ extern int	pgq_schedule_pass(int max_items);
 /* claimscan.c; caller must be inside a transaction */
 extern ArrayType *pgq_lock_ready(int max_items, ArrayType *queues);
 extern ArrayType *pgq_ready_queue_names(void);
+extern TimestampTz pgq_first_expired(TimestampTz from, TimestampTz now, bool *found);
 extern Oid	pgq_relid(Oid nsp, const char *name);
 
 /* uuid7.c */
