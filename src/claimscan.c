@@ -2,7 +2,9 @@
  *
  * claimscan.c
  *		Find and lock the never-claimed rows of pgqueue.work_queue for a
- *		claim, in scheduling order, without locking rows it cannot take.
+ *		claim, in scheduling order, without locking rows it cannot take;
+ *		and the other index probes that claims and scheduling passes make
+ *		on every call, done here without SQL.
  *
  * Why not "SELECT ... FOR UPDATE SKIP LOCKED" in SQL: under READ COMMITTED
  * a row whose visible version was updated by a transaction that committed
