@@ -580,7 +580,7 @@ CLAIM_UPDATES
 /*
  * Claim the never-claimed (or released) rows that pgq_lock_ready locked,
  * whose ids are in $4 (work_queue) and $1 (queue).  Two plain updates, each a
- * primary-key probe, and the rows are put together in C (pgq_claim_put_ids):
+ * primary-key probe, and the rows are put together in C (pgq_claim_ids):
  * the single statement of CLAIM_UPDATES needs a CTE scan, a hash join and a
  * sort on top, which cost more to start up and run than the updates
  * themselves for the usual claim of one job.
@@ -631,25 +631,51 @@ pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed, TimestampTz *min_lease)
 	return n;
 }
 
-/*
- * The row of tuptable whose first column (a uuid) is id, or NULL.  The
- * tables hold at most max_items rows; a linear search is cheaper than any
- * index for the usual one to ten.
- */
-static HeapTuple
-pgq_find_by_id(SPITupleTable *tuptable, uint64 ntuples, Datum id)
+/* A row of an SPI result by the uuid in its first column. */
+typedef struct PgqRowById
 {
+	pg_uuid_t  *id;
+	HeapTuple	tup;
+} PgqRowById;
+
+static int
+pgq_row_by_id_cmp(const void *a, const void *b)
+{
+	return memcmp(((const PgqRowById *) a)->id->data,
+				  ((const PgqRowById *) b)->id->data, UUID_LEN);
+}
+
+/*
+ * The rows of tuptable sorted by the uuid in their first column, for
+ * pgq_find_by_id: a claim may return up to PGQ_MAX_ITEMS rows.
+ */
+static PgqRowById *
+pgq_rows_by_id(SPITupleTable *tuptable, uint64 ntuples)
+{
+	PgqRowById *rows = palloc(sizeof(PgqRowById) * Max(ntuples, 1));
 	uint64		i;
 
 	for (i = 0; i < ntuples; i++)
 	{
 		bool		isnull;
-		Datum		d = SPI_getbinval(tuptable->vals[i], tuptable->tupdesc, 1, &isnull);
 
-		if (!isnull && memcmp(DatumGetUUIDP(d), DatumGetUUIDP(id), UUID_LEN) == 0)
-			return tuptable->vals[i];
+		rows[i].id = DatumGetUUIDP(SPI_getbinval(tuptable->vals[i],
+												 tuptable->tupdesc, 1, &isnull));
+		rows[i].tup = tuptable->vals[i];
 	}
-	return NULL;
+	qsort(rows, ntuples, sizeof(PgqRowById), pgq_row_by_id_cmp);
+	return rows;
+}
+
+static HeapTuple
+pgq_find_by_id(PgqRowById *rows, uint64 nrows, Datum id)
+{
+	PgqRowById	key;
+	PgqRowById *found;
+
+	key.id = DatumGetUUIDP(id);
+	found = bsearch(&key, rows, nrows, sizeof(PgqRowById), pgq_row_by_id_cmp);
+	return found ? found->tup : NULL;
 }
 
 /*
@@ -670,6 +696,8 @@ pgq_claim_ids(ReturnSetInfo *rsinfo, ArrayType *ids, Datum *args,
 	uint64		nw;
 	SPITupleTable *jtab;
 	uint64		nj;
+	PgqRowById *wrows;
+	PgqRowById *jrows;
 	Datum	   *idv;
 	int			nids;
 	int			i;
@@ -689,13 +717,15 @@ pgq_claim_ids(ReturnSetInfo *rsinfo, ArrayType *ids, Datum *args,
 		elog(ERROR, "pgqueue: claim failed");
 	jtab = SPI_tuptable;
 	nj = SPI_processed;
+	wrows = pgq_rows_by_id(wtab, nw);
+	jrows = pgq_rows_by_id(jtab, nj);
 
 	deconstruct_array(ids, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR,
 					  &idv, NULL, &nids);
 	for (i = 0; i < nids; i++)
 	{
-		HeapTuple	wt = pgq_find_by_id(wtab, nw, idv[i]);
-		HeapTuple	jt = pgq_find_by_id(jtab, nj, idv[i]);
+		HeapTuple	wt = pgq_find_by_id(wrows, nw, idv[i]);
+		HeapTuple	jt = pgq_find_by_id(jrows, nj, idv[i]);
 		Datum		values[6];
 		bool		isnull[6];
 		int			col;
