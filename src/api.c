@@ -681,12 +681,12 @@ pgq_find_by_id(PgqRowById *rows, uint64 nrows, Datum id)
 /*
  * Lease and claim the work_queue rows with the given ids (locked by
  * pgq_lock_ready, in claim order) and put them into the result set in that
- * order; returns how many.  args holds $1 lock_key and $3 lease of
- * pgq_claim_once's statements, now the claim time.
+ * order; returns how many.  args are pgq_claim_once's parameters: $1
+ * lock_key, $3 lease, $5 the claim time.
  */
 static int
 pgq_claim_ids(ReturnSetInfo *rsinfo, ArrayType *ids, Datum *args,
-			  TimestampTz now, TimestampTz *min_lease)
+			  TimestampTz *min_lease)
 {
 	Oid			wtypes[4] = {TEXTOID, TIMESTAMPTZOID, INTERVALOID, UUIDARRAYOID};
 	Oid			jtype = UUIDARRAYOID;
@@ -704,7 +704,7 @@ pgq_claim_ids(ReturnSetInfo *rsinfo, ArrayType *ids, Datum *args,
 	int			n = 0;
 
 	wargs[0] = args[0];
-	wargs[1] = TimestampTzGetDatum(now);
+	wargs[1] = args[4];
 	wargs[2] = args[2];
 	wargs[3] = PointerGetDatum(ids);
 	if (SPI_execute_plan(pgq_keep_plan(&plan_claim_ids_work, claim_ids_work_sql, 4, wtypes),
@@ -817,7 +817,7 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 										 filtered ? DatumGetArrayTypeP(args[3]) : NULL);
 
 		if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) > 0)
-			fresh = pgq_claim_ids(rsinfo, ids, a, now, &min_lease);
+			fresh = pgq_claim_ids(rsinfo, ids, a, &min_lease);
 	}
 
 	if (stolen + fresh == 0 && next_expiry != NULL)

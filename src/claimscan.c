@@ -99,6 +99,20 @@ pgq_relid(Oid nsp, const char *name)
 }
 
 /*
+ * Push, as the active snapshot, a new one that sees what this transaction
+ * did so far: what a non-read-only SPI statement would take.  The caller
+ * pops it.
+ */
+static Snapshot
+pgq_push_scan_snapshot(void)
+{
+	CommandCounterIncrement();
+	PushCopiedSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	return GetActiveSnapshot();
+}
+
+/*
  * Advance a walk to the next row its snapshot sees as ready.  The index is
  * partial on "lock_timeout IS NULL", but an entry can lead through a HOT
  * chain to a version that is no longer ready, so the column is re-checked.
@@ -166,11 +180,7 @@ pgq_lock_ready(int max_items, ArrayType *queues)
 	/* the bound is read before the snapshot is taken (see shmem.c) */
 	hinted = pgq_hint_get(PGQ_HINT_READY, &bound, &epoch, queues == NULL);
 
-	/* a snapshot that sees what this transaction did so far, as SPI takes */
-	CommandCounterIncrement();
-	PushCopiedSnapshot(GetTransactionSnapshot());
-	UpdateActiveSnapshotCommandId();
-	snap = GetActiveSnapshot();
+	snap = pgq_push_scan_snapshot();
 	cid = GetCurrentCommandId(true);
 
 	if (queues == NULL)
@@ -300,15 +310,14 @@ pgq_first_expired(TimestampTz from, TimestampTz now, bool *found)
 	AttrNumber	att = pgq_attnum(relid, "lock_timeout");
 	Relation	rel = table_open(relid, AccessShareLock);
 	Relation	idx = index_open(pgq_relid(nsp, "work_queue_lease_idx"), AccessShareLock);
+	Snapshot	snap;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	ScanKeyData keys[2];
 	TimestampTz result = 0;
 
 	*found = false;
-	CommandCounterIncrement();
-	PushCopiedSnapshot(GetTransactionSnapshot());
-	UpdateActiveSnapshotCommandId();
+	snap = pgq_push_scan_snapshot();
 
 	ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
 						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
@@ -316,7 +325,7 @@ pgq_first_expired(TimestampTz from, TimestampTz now, bool *found)
 	ScanKeyEntryInitialize(&keys[1], 0, 1, BTLessStrategyNumber,
 						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_LT,
 						   TimestampTzGetDatum(now));
-	scan = index_beginscan(rel, idx, GetActiveSnapshot(), 2, 0);
+	scan = index_beginscan(rel, idx, snap, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
 	slot = table_slot_create(rel, NULL);
 
