@@ -69,6 +69,27 @@ SELECT payload FROM pgq_claim('w3', 100);
 SELECT count(*) AS claimed FROM pgq_claim('w4', 10000);
 SELECT lock_key, count(*) FROM pgqueue.work_queue GROUP BY 1 ORDER BY 1;
 
+-- the largest claim: 10,000 jobs, each row the job it names, in scheduling
+-- order (priorities make that order differ from the order of the ids)
+TRUNCATE pgqueue.queue, pgqueue.work_queue;
+SELECT count(*) AS pushed
+  FROM generate_series(0, 6) p,
+       pgq_push_batch('big', ARRAY(SELECT jsonb_build_object('p', p, 'n', g)
+                                    FROM generate_series(1, 1430) g), priority => p);
+SELECT pgq_schedule(10000);
+CREATE TEMP TABLE got AS
+  SELECT row_number() OVER () AS k, * FROM pgq_claim('w5', 10000, '1 hour');
+SELECT count(*) AS claimed, count(DISTINCT id) AS distinct_ids,
+       count(*) FILTER (WHERE g.payload = q.payload AND g.tries = 1 AND q.tries = 1
+                          AND g.version = q.version
+                          AND g.lock_timeout = w.lock_timeout AND w.lock_key = 'w5') AS matching,
+       bool_and(w.batch_order = g.k) AS in_scheduling_order,
+       bool_and((g.payload->>'p')::int = q.priority) AS payload_is_the_jobs
+  FROM got g JOIN pgqueue.queue q USING (id) JOIN pgqueue.work_queue w USING (id);
+-- the highest priority came first, and its jobs by push order
+SELECT k, payload FROM got WHERE k IN (1, 2, 1430, 1431, 10000) ORDER BY k;
+DROP TABLE got;
+
 --
 -- the queues filter
 --
