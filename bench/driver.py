@@ -235,8 +235,13 @@ class Bench:
         pushed = sysobj.remaining(self.admin) - c0
         return {"jobs_per_s": pushed / duration}, {"jobs": pushed, "transactions": txs}
 
-    def hold(self, sysobj, c):
-        """(f): steady state with a REPEATABLE READ snapshot held open."""
+    def hold(self, sysobj, c, control=False):
+        """(f): steady state with a REPEATABLE READ snapshot held open.
+
+        With control=True the same load runs for the same time and is measured
+        over the same windows, but no snapshot is held: what "normal" is at the
+        same point of a run (the first seconds from an empty queue are faster
+        than a run's later steady state, for every system)."""
         warm, hold, after, window = c["warm"], c["hold"], c["after"], c["window"]
         total = warm + hold + after
         samples = []
@@ -256,14 +261,16 @@ class Bench:
             prod, prod_log = self.pgbench(sysobj, "produce", PRODUCERS, total, tag="hold")
             cons, cons_log = self.pgbench(sysobj, "consume", CONSUMERS, total, tag="hold")
             time.sleep(max(0.0, t0 + warm - time.monotonic()))
-            holder = systems.connect(self.cfg, sysobj.search_path, autocommit=False, app="bench-holder")
-            holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            holder.execute("SELECT count(*) FROM %s" % sysobj.job_table).fetchone()
+            if not control:
+                holder = systems.connect(self.cfg, sysobj.search_path, autocommit=False, app="bench-holder")
+                holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+                holder.execute("SELECT count(*) FROM %s" % sysobj.job_table).fetchone()
             h0 = time.monotonic()
             time.sleep(max(0.0, h0 + hold - time.monotonic()))
             dead = sysobj.dead_tuples(self.admin)
             size = sysobj.total_size(self.admin)
-            holder.commit()
+            if holder is not None:
+                holder.commit()
             h1 = time.monotonic()
             pushes = self.pgbench_result(prod, prod_log)
             self.pgbench_result(cons, cons_log)
@@ -278,13 +285,14 @@ class Bench:
             return (interp(samples, tb) - interp(samples, ta)) / (tb - ta)
 
         after_w = min(window, max(1.0, after - 3))
+        p = "ctl_" if control else ""
         metrics = {
-            "before_jobs_per_s": rate(t0 + 2, h0),
-            "hold_first_jobs_per_s": rate(h0, h0 + window),
-            "hold_last_jobs_per_s": rate(h1 - window, h1),
-            "after_jobs_per_s": rate(h1, h1 + after_w),
-            "dead_tuples": dead,
-            "size_mb": size / 1048576.0,
+            p + "before_jobs_per_s": rate(t0 + 2, h0),
+            p + "hold_first_jobs_per_s": rate(h0, h0 + window),
+            p + "hold_last_jobs_per_s": rate(h1 - window, h1),
+            p + "after_jobs_per_s": rate(h1, h1 + after_w),
+            p + "dead_tuples": dead,
+            p + "size_mb": size / 1048576.0,
         }
         extra = {"pushes": pushes, "left": sysobj.remaining(self.admin),
                  "hold_s": round(h1 - h0, 1), "window_s": window, "after_window_s": after_w}
@@ -352,7 +360,13 @@ class Bench:
 
     def wl_f(self):
         c = self.conf["f"]
-        self.rounds("f", "snapshot held %d s" % c["hold"], c["rounds"], lambda s: self.hold(s, c))
+        # Each system runs the hold and, right before it, the same load without
+        # the hold (the control), so that the two are close in time.
+        for rnd in range(1, c["rounds"] + 1):
+            for s in self.systems:
+                self.run_one("f", "no snapshot held (control)", s, rnd,
+                             lambda s=s: self.hold(s, c, control=True))
+                self.run_one("f", "snapshot held %d s" % c["hold"], s, rnd, lambda s=s: self.hold(s, c))
 
     # -- setup -----------------------------------------------------------------
     def setup_systems(self, keys):

@@ -26,6 +26,17 @@ METRICS = {
     "after_jobs_per_s": ("after the hold, {a} s, jobs/s", True, True),
     "dead_tuples": ("dead tuples at end of hold", False, True),
     "size_mb": ("table+index MB at end of hold", False, True),
+    # (f)'s control: the same load, no snapshot held, measured over the same windows
+    "ctl_before_jobs_per_s": ("before (same window), jobs/s", True, True),
+    "ctl_hold_first_jobs_per_s": ("the hold's first {w} s window, jobs/s", True, True),
+    "ctl_hold_last_jobs_per_s": ("the hold's last {w} s window, jobs/s", True, True),
+    "ctl_after_jobs_per_s": ("the {a} s after, jobs/s", True, True),
+    "ctl_dead_tuples": ("dead tuples when the hold would end", False, True),
+    "ctl_size_mb": ("table+index MB when the hold would end", False, True),
+    # hold / control, window by window (computed by the report)
+    "kept_first": ("hold first {w} s ÷ no hold, same window", True, True),
+    "kept_last": ("hold last {w} s ÷ no hold, same window", True, True),
+    "kept_after": ("after the hold ({a} s) ÷ no hold, same window", True, True),
 }
 
 
@@ -77,9 +88,13 @@ def describe(w, conf, meta):
     if w == "f":
         return ("As (a), for %d s of warm-up, then another session opens a REPEATABLE READ transaction, "
                 "takes its snapshot with a SELECT and holds it for %d s, then commits; the load goes on "
-                "for %d s more. Throughput over windows from 1 s samples of the deletes from the job "
+                "for %d s more. Throughput over windows from samples, every 0.5 s, of the deletes from the job "
                 "table; dead tuples (pg_stat_user_tables.n_dead_tup) and pg_total_relation_size of the "
-                "system's tables just before the holding transaction ends."
+                "system's tables just before the holding transaction ends. Right before each hold the "
+                "same system runs the same load for the same time without holding a snapshot (the "
+                "control, also from an emptied system), measured over the same windows: \"normal\" at "
+                "the same point of a run, since the first seconds from an empty queue are faster than "
+                "the later steady state for every system."
                 % (c["warm"], c["hold"], c["after"]))
     return ""
 
@@ -202,25 +217,58 @@ def case_table(case, by_sys, conf, lines, summary, workload):
         summary.append((workload, case, m, metric_label(m, conf), {s: med[s][m] for s in systems}))
 
 
-def hold_extra(by_sys, a_medians, conf, lines):
-    """(f): the hold figures against the normal steady state of (a)."""
+def hold_extra(cases, a_medians, conf, lines, summary):
+    """(f): the hold against the control run (same load, same windows, no
+    snapshot held) and against the normal steady state of (a)."""
     w = conf.get("f", {}).get("window", 20)
+    hold_case = next((k for k in cases if k.startswith("snapshot held")), None)
+    ctl_case = next((k for k in cases if k.startswith("no snapshot held")), None)
+    if hold_case is None:
+        return
+    held, ctl = cases[hold_case], cases.get(ctl_case, {}) if ctl_case else {}
+
+    def med(by_sys, s, m):
+        return median([r["metrics"].get(m) for r in by_sys.get(s, []) if "metrics" in r])
+
+    pairs = (("first", "hold_first_jobs_per_s"), ("last", "hold_last_jobs_per_s"),
+             ("after", "after_jobs_per_s"))
+    if ctl:
+        lines.append("The hold against the control run (the same load for the same time, no snapshot "
+                     "held, measured over the same windows; medians). 1.00 means the hold cost nothing:")
+        lines.append("")
+        lines.append("| system | hold first %d s ÷ no hold | hold last %d s ÷ no hold | after ÷ no hold "
+                     "| dead tuples, no hold | MB, no hold |" % (w, w))
+        lines.append("|---|---|---|---|---|---|")
+        kept = {}
+        for s in ORDER:
+            if s not in held or s not in ctl:
+                continue
+            r = {}
+            for name, m in pairs:
+                r[name] = ratio(med(held, s, m), med(ctl, s, "ctl_" + m))
+            kept[s] = r
+            lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                NAMES[s], fmt_ratio(r["first"]), fmt_ratio(r["last"]), fmt_ratio(r["after"]),
+                fmt(med(ctl, s, "ctl_dead_tuples")), fmt(med(ctl, s, "ctl_size_mb"))))
+        lines.append("")
+        for name, _ in pairs:
+            m = "kept_" + name
+            summary.append(("f", "hold ÷ no hold", m, metric_label(m, conf),
+                            {s: kept[s][name] for s in kept}))
+    if not any(a_medians.get(s) for s in held):
+        return
     lines.append("Throughput during the hold compared with the normal steady state of (a) (medians):")
     lines.append("")
     lines.append("| system | (a) normal jobs/s | hold first %d s ÷ (a) | hold last %d s ÷ (a) | after ÷ (a) |" % (w, w))
     lines.append("|---|---|---|---|---|")
     for s in ORDER:
-        if s not in by_sys:
-            continue
-        rs = [r for r in by_sys[s] if "metrics" in r]
-        if not rs:
+        if s not in held:
             continue
         base = a_medians.get(s)
-        first = median([r["metrics"]["hold_first_jobs_per_s"] for r in rs])
-        last = median([r["metrics"]["hold_last_jobs_per_s"] for r in rs])
-        after = median([r["metrics"]["after_jobs_per_s"] for r in rs])
-        lines.append("| %s | %s | %s | %s | %s |" % (NAMES[s], fmt(base), fmt_ratio(ratio(first, base)),
-                                                    fmt_ratio(ratio(last, base)), fmt_ratio(ratio(after, base))))
+        lines.append("| %s | %s | %s | %s | %s |" % (
+            NAMES[s], fmt(base), fmt_ratio(ratio(med(held, s, pairs[0][1]), base)),
+            fmt_ratio(ratio(med(held, s, pairs[1][1]), base)),
+            fmt_ratio(ratio(med(held, s, pairs[2][1]), base))))
     lines.append("")
 
 
@@ -271,8 +319,9 @@ def render(meta, results):
             if w == "a":
                 for s, rs in by_sys.items():
                     a_medians[s] = median([r["metrics"]["jobs_per_s"] for r in rs if "metrics" in r])
-            if w == "f":
-                hold_extra(by_sys, a_medians, conf, body)
+        if w == "f":
+            hold_extra(grouped[w], a_medians, conf, body, summary)
+
     present = [s for s in ORDER if any(s in vals for _, _, _, _, vals in summary)]
     if summary:
         L += ["## Summary (medians)", ""]
