@@ -358,8 +358,8 @@ pgq_first_expired(TimestampTz from, TimestampTz now, bool *found)
  * entries that every scheduled job leaves at the head of its queue's range
  * (dead, but not removable while an old snapshot holds VACUUM back) cost
  * nothing here, where a loose index scan in SQL would have to visit each of
- * their heap tuples to learn that it is gone.  The scheduling pass then probes each
- * name from its bound.
+ * their heap tuples to learn that it is gone.  The scheduling pass then
+ * probes each name from its bound.
  */
 ArrayType *
 pgq_ready_queue_names(void)
@@ -379,12 +379,11 @@ pgq_ready_queue_names(void)
 
 	/*
 	 * Entries marked dead (LP_DEAD, by scans that found their heap tuples
-	 * gone) count too.  Left to skip them, each descent would walk every
-	 * leaf page of them: once a long snapshot ends, the probes kill the
-	 * hundreds of thousands of entries it kept, and until VACUUM removes
-	 * them every pass walked their leaf pages here (measured after a 60 s
-	 * hold: 40 % of the scheduler's samples, its CPU per job 2.5-3 times
-	 * the normal).
+	 * gone) count too.  Once a long snapshot ends, other scans mark the
+	 * hundreds of thousands of entries it kept; skipping them, every
+	 * descent here would walk all their leaf pages until VACUUM removes
+	 * them (measured after a 60 s hold: 40 % of the scheduler's samples,
+	 * its CPU per job 2.5-3 times the normal).
 	 */
 	scan->ignore_killed_tuples = false;
 	for (;;)
