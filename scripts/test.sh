@@ -33,7 +33,11 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null ||
 		{ echo "apt-get install failed"; echo "0 passed, 1 failed"; exit 1; }
 fi
-export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+# PG_CONFIG may point at a relocated copy of the server's installation
+# (cp -a of /usr/lib/postgresql/15 and /usr/share/postgresql/15 under one
+# root), so that parallel runs of different trees do not overwrite each
+# other's installed extension.
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 
 # --- a postgres-owned copy of the tree, built and installed -------------------
 # Building in the copy leaves the checkout untouched (parallel runs are safe).
