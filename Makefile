@@ -9,20 +9,28 @@ OBJS = \
 	src/shmem.o \
 	src/uuid7.o
 EXTENSION = pgqueue
-DATA = pgqueue--1.0.sql
+DATA = pgqueue--1.0.sql pgqueue--1.1.sql pgqueue--1.0--1.1.sql
 PGFILEDESC = "pgqueue - durable job queue with an in-server scheduler"
 
 # pg_regress, isolation and TAP tests all run against private servers that
 # preload the library (test/regress.conf); see scripts/test.sh.
 REGRESS = setup push schedule claim lease ack_nack release configure stats \
-	security bad_input counters
+	security bad_input counters lighter_rows
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--temp-instance=$(CURDIR)/tmp_check_regress
 ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack dedup_race scan_hints schedule_bound
 ISOLATION_OPTS = --temp-config=$(srcdir)/test/isolation.conf \
 	--temp-instance=$(CURDIR)/tmp_check_iso
 TAP_TESTS = 1
-EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso
+# The released 1.0 regress suite, run against a 1.0 install with this
+# library (scripts/test.sh compat): make installcheck REGRESS="$(COMPAT10)"
+# REGRESS_OPTS="$(COMPAT10_OPTS)" ISOLATION= TAP_TESTS=
+COMPAT10 = setup push schedule claim lease ack_nack release configure stats \
+	security bad_input counters
+COMPAT10_OPTS = --temp-config=$(srcdir)/test/regress.conf \
+	--temp-instance=$(CURDIR)/tmp_check_compat \
+	--inputdir=$(srcdir)/test/compat10 --outputdir=$(CURDIR)/output_compat
+EXTRA_CLEAN = tmp_check_regress tmp_check_iso tmp_check_compat output_iso output_compat
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

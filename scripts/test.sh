@@ -2,7 +2,7 @@
 # Run the whole pgqueue test suite: pg_regress, isolation and TAP tests.
 #
 #   sudo bash scripts/test.sh            # everything
-#   sudo bash scripts/test.sh regress    # one kind: regress, isolation or tap
+#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation or tap
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
 #
 # Installs what it needs (Debian 12 packages), builds and installs the
@@ -17,7 +17,7 @@ fi
 
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
-KINDS=${*:-regress isolation tap}
+KINDS=${*:-regress compat isolation tap}
 export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '==> %s\n' "$*"; }
@@ -49,7 +49,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$WORK/tree" "$WORK/tmp"
-tar -C "$SRC" --exclude=.git --exclude='tmp_check*' --exclude=results --exclude=output_iso -cf - . |
+tar -C "$SRC" --exclude=.git --exclude='tmp_check*' --exclude=results --exclude=output_iso --exclude=output_compat -cf - . |
 	tar -C "$WORK/tree" -xf -
 log "building"
 if ! (cd "$WORK/tree" && make -s clean && make -s && make -s install) >"$WORK/build.log" 2>&1; then
@@ -86,6 +86,12 @@ for kind in $KINDS; do
 		rc=$?
 		read -r ok bad < <(count_pg_regress "$out")
 		;;
+	compat)
+		log "pg_regress, the 1.0 suite against a 1.0 install"
+		run_as_pg REGRESS='$(COMPAT10)' REGRESS_OPTS='$(COMPAT10_OPTS)' ISOLATION= TAP_TESTS= >"$out" 2>&1
+		rc=$?
+		read -r ok bad < <(count_pg_regress "$out")
+		;;
 	isolation)
 		log "isolation"
 		run_as_pg REGRESS= TAP_TESTS= >"$out" 2>&1
@@ -100,7 +106,7 @@ for kind in $KINDS; do
 		bad=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$out")
 		;;
 	*)
-		echo "unknown test kind: $kind (use regress, isolation or tap)"
+		echo "unknown test kind: $kind (use regress, compat, isolation or tap)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;
@@ -110,17 +116,19 @@ for kind in $KINDS; do
 	if [ "$rc" != 0 ] && [ "$bad" = 0 ]; then bad=1; fi
 	cat "$out"
 	if [ "$rc" != 0 ]; then
-		for f in "$WORK/tree/regression.diffs" "$WORK/tree/output_iso/regression.diffs"; do
-			[ "$kind" = regress ] && [[ $f == *output_iso* ]] && continue
-			[ "$kind" = isolation ] && [[ $f != *output_iso* ]] && continue
-			[ -f "$f" ] && { log "$f"; cat "$f"; }
-		done
+		case $kind in
+		regress) diffs=$WORK/tree/regression.diffs ;;
+		compat) diffs=$WORK/tree/output_compat/regression.diffs ;;
+		isolation) diffs=$WORK/tree/output_iso/regression.diffs ;;
+		*) diffs= ;;
+		esac
+		[ -n "$diffs" ] && [ -f "$diffs" ] && { log "$diffs"; cat "$diffs"; }
 		if [ "$kind" = tap ]; then
 			for f in "$WORK"/tree/tmp_check/log/regress_log_*; do
 				[ -f "$f" ] && { log "$f"; tail -n 80 "$f"; }
 			done
 		fi
-		for f in "$WORK"/tree/tmp_check_regress/log/postmaster.log "$WORK"/tree/tmp_check_iso/log/postmaster.log; do
+		for f in "$WORK"/tree/tmp_check_{regress,compat,iso}/log/postmaster.log; do
 			[ -f "$f" ] && { log "$f (tail)"; tail -n 40 "$f"; }
 		done
 	fi

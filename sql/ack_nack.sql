@@ -6,7 +6,8 @@ TRUNCATE pgqueue.queue, pgqueue.work_queue;
 DELETE FROM pgqueue.queues;
 
 CREATE TEMP VIEW jobs AS
-SELECT q.payload->>'n' AS n, q.state, q.tries, q.version, q.last_error,
+SELECT q.payload->>'n' AS n, q.state, coalesce(w.tries, q.tries) AS tries,
+       coalesce(w.version, q.version) AS version, q.last_error,
        w.id IS NOT NULL AS in_work_queue, w.lock_key
   FROM pgqueue.queue q LEFT JOIN pgqueue.work_queue w USING (id)
  ORDER BY q.id;

@@ -21,8 +21,9 @@ SELECT queue, payload, tries, version,
        lock_timeout > now() + interval '29 seconds' AS lease_30s_from,
        lock_timeout <= clock_timestamp() + interval '30 seconds' AS lease_30s_to
   FROM pgq_claim('w1');
--- the job stays 'scheduled' and in work_queue, now under w1's lease
-SELECT q.payload, q.state, q.tries, q.version,
+-- the job stays 'scheduled' and in work_queue, now under w1's lease; its
+-- attempt count and version live in its work_queue row while it is there
+SELECT q.payload, q.state, w.tries, w.version,
        w.lock_key, w.started IS NOT NULL AS started,
        w.lock_timeout > clock_timestamp() AS leased
   FROM pgqueue.queue q JOIN pgqueue.work_queue w USING (id) ORDER BY w.batch_order;
@@ -30,7 +31,7 @@ SELECT q.payload, q.state, q.tries, q.version,
 -- the claim returns what the tables hold
 CREATE TEMP TABLE got AS SELECT * FROM pgq_claim('w2', lease => '1 hour');
 SELECT g.queue = q.queue AS same_queue, g.payload = q.payload AS same_payload,
-       g.tries = q.tries AS same_tries, g.version = q.version AS same_version,
+       g.tries = w.tries AS same_tries, g.version = w.version AS same_version,
        g.lock_timeout = w.lock_timeout AS same_lock_timeout,
        w.lock_key, g.lock_timeout > now() + interval '59 minutes' AS lease_1h
   FROM got g JOIN pgqueue.queue q USING (id) JOIN pgqueue.work_queue w USING (id);
@@ -40,7 +41,7 @@ DROP TABLE got;
 SELECT payload FROM pgq_claim('w3', 10);
 SELECT count(*) AS claimed FROM pgq_claim('w3', 10);
 SELECT count(*) AS claimed FROM pgq_claim('w1', 10);
-SELECT w.lock_key, q.payload, q.tries FROM pgqueue.work_queue w JOIN pgqueue.queue q USING (id)
+SELECT w.lock_key, q.payload, w.tries FROM pgqueue.work_queue w JOIN pgqueue.queue q USING (id)
  ORDER BY w.batch_order;
 
 --
@@ -80,8 +81,8 @@ SELECT pgq_schedule(10000);
 CREATE TEMP TABLE got AS
   SELECT row_number() OVER () AS k, * FROM pgq_claim('w5', 10000, '1 hour');
 SELECT count(*) AS claimed, count(DISTINCT id) AS distinct_ids,
-       count(*) FILTER (WHERE g.payload = q.payload AND g.tries = 1 AND q.tries = 1
-                          AND g.version = q.version
+       count(*) FILTER (WHERE g.payload = q.payload AND g.tries = 1 AND w.tries = 1
+                          AND g.version = w.version
                           AND g.lock_timeout = w.lock_timeout AND w.lock_key = 'w5') AS matching,
        bool_and(w.batch_order = g.k) AS in_scheduling_order,
        bool_and((g.payload->>'p')::int = q.priority) AS payload_is_the_jobs
@@ -126,7 +127,7 @@ SELECT pgq_schedule();
 BEGIN;
 SELECT payload, tries, version FROM pgq_claim('w1');
 ROLLBACK;
-SELECT w.lock_key, q.tries, q.version FROM pgqueue.work_queue w JOIN pgqueue.queue q USING (id);
+SELECT w.lock_key, w.tries, w.version FROM pgqueue.work_queue w;
 SELECT payload, tries, version FROM pgq_claim('w2');
 
 --

@@ -127,7 +127,7 @@ SELECT * FROM delta;
 SELECT pg_temp.mark();
 SELECT pgq_schedule();
 SELECT count(*) AS claimed FROM pgq_claim('w2', 10);
-SELECT tries, pgq_nack(id, 'w2', 'e2', '0') FROM pgqueue.queue q
+SELECT tries, pgq_nack(id, 'w2', 'e2', '0') FROM pgqueue.jobs
  WHERE tries = 2;
 SELECT * FROM delta;
 -- a nack that finds no claim counts nothing

@@ -5,7 +5,8 @@ TRUNCATE pgqueue.queue, pgqueue.work_queue;
 DELETE FROM pgqueue.queues;
 
 CREATE TEMP VIEW held AS
-SELECT q.payload->>'n' AS n, q.state, q.tries, q.version,
+SELECT q.payload->>'n' AS n, q.state, coalesce(w.tries, q.tries) AS tries,
+       coalesce(w.version, q.version) AS version,
        w.lock_key, w.lock_timeout > clock_timestamp() AS live
   FROM pgqueue.queue q LEFT JOIN pgqueue.work_queue w USING (id)
  ORDER BY q.id;
@@ -134,7 +135,7 @@ SELECT pgq_push('last', '{"n": "fresh"}') IS NOT NULL AS pushed;
 SELECT pgq_schedule();
 -- the next claim fails the doomed job and takes the fresh one
 SELECT payload, tries FROM pgq_claim('w3', 1);
-SELECT payload->>'n' AS n, state, tries, last_error FROM pgqueue.queue ORDER BY id;
+SELECT payload->>'n' AS n, state, tries, last_error FROM pgqueue.jobs ORDER BY id;
 SELECT count(*) AS in_work_queue FROM pgqueue.work_queue WHERE id = :'doomed';
 -- the failed job is lost to its last holder, and never scheduled again
 SELECT pgq_ack(:'doomed', 'w2') AS ack;

@@ -6,7 +6,8 @@ TRUNCATE pgqueue.queue, pgqueue.work_queue;
 DELETE FROM pgqueue.queues;
 
 CREATE TEMP VIEW jobs AS
-SELECT q.queue, q.payload->>'n' AS n, q.state, q.tries, q.version, q.last_error,
+SELECT q.queue, q.payload->>'n' AS n, q.state, coalesce(w.tries, q.tries) AS tries,
+       coalesce(w.version, q.version) AS version, q.last_error,
        w.id IS NOT NULL AS in_work_queue, w.lock_key,
        w.started IS NOT NULL AS started, w.lock_timeout IS NOT NULL AS leased
   FROM pgqueue.queue q LEFT JOIN pgqueue.work_queue w USING (id)

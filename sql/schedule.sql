@@ -8,7 +8,7 @@ DELETE FROM pgqueue.queues;
 
 -- what the scheduler released, in claim order
 CREATE TEMP VIEW released AS
-SELECT w.batch_order, w.queue, q.payload, q.priority, q.state, q.tries, q.version,
+SELECT w.batch_order, w.queue, q.payload, q.priority, q.state, w.tries, w.version,
        w.lock_key, w.started, w.lock_timeout
   FROM pgqueue.work_queue w JOIN pgqueue.queue q USING (id)
  ORDER BY w.created, w.batch_order;

@@ -134,7 +134,7 @@ SELECT c.payload, c.tries, pgq_ack(c.id, 'consumer-1') AS acked
   FROM pgq_claim('consumer-1', 10, '1 hour') c ORDER BY c.payload::text COLLATE "C", c.tries;
 RESET ROLE;
 -- after all this: only the job w0 holds is left
-SELECT payload, state, tries, last_error FROM pgqueue.queue ORDER BY id;
+SELECT payload, state, tries, last_error FROM pgqueue.jobs ORDER BY id;
 SELECT * FROM pgqueue.queues;
 
 --
@@ -220,10 +220,10 @@ SELECT count(*) AS rows FROM pgq_counters();
 RESET search_path;
 RESET ROLE;
 -- the jobs are in pgqueue's tables with real timestamps, none in the traps
-SELECT payload, state, tries, dedup_key,
-       created BETWEEN pg_catalog.now() - interval '1 hour' AND pg_catalog.now() AS real_created,
-       run_after BETWEEN pg_catalog.now() - interval '1 hour' AND pg_catalog.now() AS real_run_after
-  FROM pgqueue.queue ORDER BY id;
+SELECT j.payload, j.state, j.tries, q.dedup_key,
+       j.created BETWEEN pg_catalog.now() - interval '1 hour' AND pg_catalog.now() AS real_created,
+       j.run_after BETWEEN pg_catalog.now() - interval '1 hour' AND pg_catalog.now() AS real_run_after
+  FROM pgqueue.jobs j JOIN pgqueue.queue q USING (id) ORDER BY id;
 SELECT lock_key, lock_timeout > pg_catalog.now() AND lock_timeout < pg_catalog.now() + interval '2 hours' AS real_lease
   FROM pgqueue.work_queue ORDER BY batch_order;
 SELECT (SELECT count(*) FROM regress_evil.queue) AS evil_queue,

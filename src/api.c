@@ -19,6 +19,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
 #include "common/pg_prng.h"
@@ -31,6 +32,7 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
+#include "storage/lmgr.h"
 #include "utils/uuid.h"
 
 #include "pgqueue.h"
@@ -55,15 +57,15 @@ static SPIPlanPtr plan_push = NULL;
 static SPIPlanPtr plan_push_dedup = NULL;
 static SPIPlanPtr plan_find_dedup = NULL;
 static SPIPlanPtr plan_push_batch = NULL;
-static SPIPlanPtr plan_claim_stolen = NULL;
-static SPIPlanPtr plan_claim_ids_work = NULL;
-static SPIPlanPtr plan_claim_ids_job = NULL;
+static SPIPlanPtr plan_claim_stolen[2] = {NULL, NULL};
+static SPIPlanPtr plan_claim_ids_work[2] = {NULL, NULL};
+static SPIPlanPtr plan_claim_ids_job[2] = {NULL, NULL};
 static SPIPlanPtr plan_next_expiry = NULL;
 static SPIPlanPtr plan_extend = NULL;
 static SPIPlanPtr plan_ack = NULL;
 static SPIPlanPtr plan_ack_batch = NULL;
-static SPIPlanPtr plan_nack = NULL;
-static SPIPlanPtr plan_release = NULL;
+static SPIPlanPtr plan_nack[2] = {NULL, NULL};
+static SPIPlanPtr plan_release[2] = {NULL, NULL};
 static SPIPlanPtr plan_configure = NULL;
 static SPIPlanPtr plan_stats = NULL;
 
@@ -113,6 +115,24 @@ pgq_keep_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 		*cache = plan;
 	}
 	return *cache;
+}
+
+/*
+ * Which layout this database's pgqueue tables have: PGQ_V11 when
+ * pgqueue.work_queue has the tries column of version 1.1, else PGQ_V10.  One
+ * library serves databases still at 1.0 (packages replace the library before
+ * anyone runs ALTER EXTENSION ... UPDATE) and updated ones, and tells them
+ * apart per call.  work_queue is locked first (ACCESS SHARE, held to the end
+ * of the transaction, which also works on a standby), so a concurrent update
+ * is waited for and its new layout seen.
+ */
+PgqLayout
+pgq_layout(void)
+{
+	Oid			relid = pgq_relid(get_namespace_oid("pgqueue", false), "work_queue");
+
+	LockRelationOid(relid, AccessShareLock);
+	return get_attnum(relid, "tries") != InvalidAttrNumber ? PGQ_V11 : PGQ_V10;
 }
 
 /*
@@ -510,92 +530,137 @@ pgq_push_batch(PG_FUNCTION_ARGS)
  */
 
 /*
- * The end of the statement that claims expired leases (claim_stolen_sql).
- * It expects CTE "c" (the locked work_queue rows to hand out, column id),
- * bumps tries and version of each job (the version returned is the job's, in
- * pgqueue.queue; work_queue.version counts the claims of the row), and sets
- * the lease.  $1 is the lock_key, $3 the lease, $5 the claim time (the
- * real time, GetCurrentTimestamp(), when the claim began).
+ * Jobs whose lease ran out, oldest deadline first ($4 the queues filter, $5
+ * the claim time, $6 the lease bound, $2 how many).  Those on their last try
+ * are failed (their work_queue row goes, the job stays as 'failed' with
+ * last_error saying so); the others are claimed for $1 under lease $3.  The
+ * result always has at least one row, carrying the number failed, with a
+ * NULL id when nothing was claimed.
  *
- * Rows are updated through "id = ANY (ARRAY(...))", not a join with the
- * CTE: the planner cannot know how few rows a CTE holds and may choose a
- * hash join over a sequential scan of the table; the array always probes
- * the primary key.
+ * Rows are updated through "id = ANY (ARRAY(...))", not a join with a CTE:
+ * the planner cannot know how few rows a CTE holds and may choose a hash
+ * join over a sequential scan of the table; the array always probes the
+ * primary key.
+ *
+ * Two layouts (pgq_layout): in 1.0 the attempt count and version are the
+ * job row's, in 1.1 the work_queue row's while the job is there.
  */
-#define CLAIM_UPDATES \
-	" cj AS (" \
-	"  UPDATE pgqueue.queue q SET tries = q.tries + 1, version = q.version + 1" \
-	"   WHERE q.id = ANY (ARRAY(SELECT c.id FROM c))" \
-	"  RETURNING q.id, q.queue, q.payload, q.tries, q.version)," \
-	" cw AS (" \
-	"  UPDATE pgqueue.work_queue w" \
-	"     SET lock_key = $1, started = $5, lock_timeout = $5 + $3," \
-	"         version = w.version + 1" \
-	"   WHERE w.id = ANY (ARRAY(SELECT c.id FROM c))" \
-	"  RETURNING w.id, w.lock_timeout, w.created, w.batch_order)"
-
-
-/*
- * Jobs whose lease ran out, oldest deadline first.  Those on their last try
- * are failed (their work_queue row goes, the job stays as 'failed'); the
- * others are claimed.  The result always has at least one row, carrying the
- * number failed, with a NULL id when nothing was claimed.
- */
-static const char *claim_stolen_sql =
-"WITH e AS ("
-"  SELECT w.id, w.lock_key AS old_key"
-"    FROM pgqueue.work_queue w"
-"   WHERE w.lock_timeout < $5 AND w.lock_timeout >= $6"
-"     AND ($4::text[] IS NULL OR w.queue = ANY ($4::text[]))"
-"   ORDER BY w.lock_timeout"
-"   LIMIT $2"
+#define CLAIM_STOLEN_EXPIRED(COLUMNS) \
+"WITH e AS (" \
+"  SELECT w.id, w.queue, w.lock_key AS old_key" COLUMNS \
+"    FROM pgqueue.work_queue w" \
+"   WHERE w.lock_timeout < $5 AND w.lock_timeout >= $6" \
+"     AND ($4::text[] IS NULL OR w.queue = ANY ($4::text[]))" \
+"   ORDER BY w.lock_timeout" \
+"   LIMIT $2" \
 "     FOR UPDATE OF w SKIP LOCKED),"
-" j AS ("
-"  SELECT e.id, e.old_key, q.tries, q.max_tries, q.tries >= q.max_tries AS last_try"
-"    FROM e CROSS JOIN LATERAL ("
-"         SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s"
-"                                    WHERE s.queue = q.queue), 5) AS max_tries"
-"           FROM pgqueue.queue q WHERE q.id = e.id LIMIT 1) q),"
-" dw AS ("
-"  DELETE FROM pgqueue.work_queue w"
-"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE j.last_try))"
-"  RETURNING w.id),"
-" dq AS ("
-"  UPDATE pgqueue.queue q"
-"     SET state = 'failed', version = q.version + 1,"
-"         last_error = (SELECT pg_catalog.format('lease of %s expired on try %s of %s',"
-"                                                j.old_key, j.tries, j.max_tries)"
-"                         FROM j WHERE j.id = q.id)"
-"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw))"
-"  RETURNING q.id),"
-" c AS (SELECT j.id FROM j WHERE NOT j.last_try),"
-CLAIM_UPDATES
-" SELECT x.id, x.queue, x.payload, x.tries, x.version, x.lock_timeout, f.n AS failed"
-"   FROM (SELECT count(*) AS n FROM dq) f"
-"   LEFT JOIN (SELECT cj.id, cj.queue, cj.payload, cj.tries, cj.version,"
-"                     cw.lock_timeout, cw.created, cw.batch_order"
-"                FROM cj JOIN cw ON cw.id = cj.id) x ON true"
-"  ORDER BY x.created, x.batch_order";
+
+#define CLAIM_STOLEN_RESULT \
+" SELECT x.id, x.queue, x.payload, x.tries, x.version, x.lock_timeout, f.n AS failed" \
+"   FROM (SELECT count(*) AS n FROM dq) f" \
+"   LEFT JOIN x ON true" \
+"  ORDER BY x.created, x.batch_order"
+
+static const char *const claim_stolen_sql[2] = {
+	/* 1.0 */
+	CLAIM_STOLEN_EXPIRED("")
+	" j AS ("
+	"  SELECT e.id, e.old_key, q.tries, q.max_tries, q.tries >= q.max_tries AS last_try"
+	"    FROM e CROSS JOIN LATERAL ("
+	"         SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s"
+	"                                    WHERE s.queue = q.queue), 5) AS max_tries"
+	"           FROM pgqueue.queue q WHERE q.id = e.id LIMIT 1) q),"
+	" dw AS ("
+	"  DELETE FROM pgqueue.work_queue w"
+	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE j.last_try))"
+	"  RETURNING w.id),"
+	" dq AS ("
+	"  UPDATE pgqueue.queue q"
+	"     SET state = 'failed', version = q.version + 1,"
+	"         last_error = (SELECT pg_catalog.format('lease of %s expired on try %s of %s',"
+	"                                                j.old_key, j.tries, j.max_tries)"
+	"                         FROM j WHERE j.id = q.id)"
+	"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw))"
+	"  RETURNING q.id),"
+	" c AS (SELECT j.id FROM j WHERE NOT j.last_try),"
+	" cj AS ("
+	"  UPDATE pgqueue.queue q SET tries = q.tries + 1, version = q.version + 1"
+	"   WHERE q.id = ANY (ARRAY(SELECT c.id FROM c))"
+	"  RETURNING q.id, q.queue, q.payload, q.tries, q.version),"
+	" cw AS ("
+	"  UPDATE pgqueue.work_queue w"
+	"     SET lock_key = $1, started = $5, lock_timeout = $5 + $3,"
+	"         version = w.version + 1"
+	"   WHERE w.id = ANY (ARRAY(SELECT c.id FROM c))"
+	"  RETURNING w.id, w.lock_timeout, w.created, w.batch_order),"
+	" x AS (SELECT cj.id, cj.queue, cj.payload, cj.tries, cj.version,"
+	"              cw.lock_timeout, cw.created, cw.batch_order"
+	"         FROM cj JOIN cw ON cw.id = cj.id)"
+	CLAIM_STOLEN_RESULT,
+
+	/* 1.1 */
+	CLAIM_STOLEN_EXPIRED(", w.tries, w.version")
+	" j AS ("
+	"  SELECT e.id, e.old_key, e.tries, e.version, coalesce(s.max_tries, 5) AS max_tries,"
+	"         e.tries >= coalesce(s.max_tries, 5) AS last_try"
+	"    FROM e LEFT JOIN pgqueue.queues s ON s.queue = e.queue),"
+	" dw AS ("
+	"  DELETE FROM pgqueue.work_queue w"
+	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE j.last_try))"
+	"  RETURNING w.id),"
+	" dq AS ("
+	"  UPDATE pgqueue.queue q"
+	"     SET state = 'failed', tries = j.tries, version = j.version + 1,"
+	"         last_error = pg_catalog.format('lease of %s expired on try %s of %s',"
+	"                                        j.old_key, j.tries, j.max_tries)"
+	"    FROM j"
+	"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw)) AND j.id = q.id"
+	"  RETURNING q.id),"
+	" cw AS ("
+	"  UPDATE pgqueue.work_queue w"
+	"     SET lock_key = $1, started = $5, lock_timeout = $5 + $3,"
+	"         version = w.version + 1, tries = w.tries + 1"
+	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE NOT j.last_try))"
+	"  RETURNING w.id, w.tries, w.version, w.lock_timeout, w.created, w.batch_order),"
+	" x AS (SELECT cw.id, q.queue, q.payload, cw.tries, cw.version,"
+	"              cw.lock_timeout, cw.created, cw.batch_order"
+	"         FROM cw JOIN pgqueue.queue q ON q.id = cw.id)"
+	CLAIM_STOLEN_RESULT
+};
 
 /*
  * Claim the never-claimed (or released) rows that pgq_lock_ready locked,
- * whose ids are in $4 (work_queue) and $1 (queue).  Two plain updates, each a
- * primary-key probe, and the rows are put together in C (pgq_claim_ids):
- * the single statement of CLAIM_UPDATES needs a CTE scan, a hash join and a
- * sort on top, which cost more to start up and run than the updates
+ * whose ids are in $4 (work_queue) and $1 (queue).  Two plain statements,
+ * each a primary-key probe, and the rows are put together in C
+ * (pgq_claim_ids): one statement joining them needs a CTE scan, a hash join
+ * and a sort on top, which cost more to start up and run than the updates
  * themselves for the usual claim of one job.
+ *
+ * The work_queue update returns (id, lock_timeout[, tries, version]), the
+ * job statement (id, queue, payload[, tries, version]): in 1.0 the attempt
+ * count and version are the job row's, in 1.1 the work_queue row's.
  */
-static const char *claim_ids_work_sql =
-"UPDATE pgqueue.work_queue w"
-"   SET lock_key = $1, started = $2, lock_timeout = $2 + $3,"
-"       version = w.version + 1"
-" WHERE w.id = ANY ($4)"
-" RETURNING w.id, w.lock_timeout";
+static const char *const claim_ids_work_sql[2] = {
+	"UPDATE pgqueue.work_queue w"
+	"   SET lock_key = $1, started = $2, lock_timeout = $2 + $3,"
+	"       version = w.version + 1"
+	" WHERE w.id = ANY ($4)"
+	" RETURNING w.id, w.lock_timeout",
 
-static const char *claim_ids_job_sql =
-"UPDATE pgqueue.queue q SET tries = q.tries + 1, version = q.version + 1"
-" WHERE q.id = ANY ($1)"
-" RETURNING q.id, q.queue, q.payload, q.tries, q.version";
+	"UPDATE pgqueue.work_queue w"
+	"   SET lock_key = $1, started = $2, lock_timeout = $2 + $3,"
+	"       version = w.version + 1, tries = w.tries + 1"
+	" WHERE w.id = ANY ($4)"
+	" RETURNING w.id, w.lock_timeout, w.tries, w.version"
+};
+
+static const char *const claim_ids_job_sql[2] = {
+	"UPDATE pgqueue.queue q SET tries = q.tries + 1, version = q.version + 1"
+	" WHERE q.id = ANY ($1)"
+	" RETURNING q.id, q.queue, q.payload, q.tries, q.version",
+
+	"SELECT q.id, q.queue, q.payload FROM pgqueue.queue q WHERE q.id = ANY ($1)"
+};
 
 /*
  * Copy the rows of the last claim statement into the result set; returns
@@ -685,8 +750,8 @@ pgq_find_by_id(PgqRowById *rows, uint64 nrows, Datum id)
  * lock_key, $3 lease, $5 the claim time.
  */
 static int
-pgq_claim_ids(ReturnSetInfo *rsinfo, ArrayType *ids, Datum *args,
-			  TimestampTz *min_lease)
+pgq_claim_ids(ReturnSetInfo *rsinfo, PgqLayout layout, ArrayType *ids,
+			  Datum *args, TimestampTz *min_lease)
 {
 	Oid			wtypes[4] = {TEXTOID, TIMESTAMPTZOID, INTERVALOID, UUIDARRAYOID};
 	Oid			jtype = UUIDARRAYOID;
@@ -707,14 +772,16 @@ pgq_claim_ids(ReturnSetInfo *rsinfo, ArrayType *ids, Datum *args,
 	wargs[1] = args[4];
 	wargs[2] = args[2];
 	wargs[3] = PointerGetDatum(ids);
-	if (SPI_execute_plan(pgq_keep_plan(&plan_claim_ids_work, claim_ids_work_sql, 4, wtypes),
+	if (SPI_execute_plan(pgq_keep_plan(&plan_claim_ids_work[layout], claim_ids_work_sql[layout],
+									   4, wtypes),
 						 wargs, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "pgqueue: claim failed");
+		elog(ERROR, "claim failed");
 	wtab = SPI_tuptable;		/* kept until SPI_finish */
 	nw = SPI_processed;
-	if (SPI_execute_plan(pgq_keep_plan(&plan_claim_ids_job, claim_ids_job_sql, 1, &jtype),
-						 &jarg, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "pgqueue: claim failed");
+	if (SPI_execute_plan(pgq_keep_plan(&plan_claim_ids_job[layout], claim_ids_job_sql[layout],
+									   1, &jtype),
+						 &jarg, NULL, false, 0) < 0)
+		elog(ERROR, "claim failed");
 	jtab = SPI_tuptable;
 	nj = SPI_processed;
 	wrows = pgq_rows_by_id(wtab, nw);
@@ -730,11 +797,20 @@ pgq_claim_ids(ReturnSetInfo *rsinfo, ArrayType *ids, Datum *args,
 		bool		isnull[6];
 		int			col;
 
-		/* both exist: the row is locked and its job cannot go (ON DELETE CASCADE) */
+		/*
+		 * Both exist: the work_queue row is locked, and a job leaves
+		 * pgqueue.queue only after its work_queue row (1.0: ON DELETE
+		 * CASCADE too).
+		 */
 		if (wt == NULL || jt == NULL)
 			continue;
-		for (col = 0; col < 5; col++)
+		/* id, queue, payload; tries, version; lock_timeout */
+		for (col = 0; col < 3; col++)
 			values[col] = SPI_getbinval(jt, jtab->tupdesc, col + 1, &isnull[col]);
+		for (col = 3; col < 5; col++)
+			values[col] = layout == PGQ_V11
+				? SPI_getbinval(wt, wtab->tupdesc, col, &isnull[col])
+				: SPI_getbinval(jt, jtab->tupdesc, col + 1, &isnull[col]);
 		values[5] = SPI_getbinval(wt, wtab->tupdesc, 2, &isnull[5]);
 		if (!isnull[5] && DatumGetTimestampTz(values[5]) < *min_lease)
 			*min_lease = DatumGetTimestampTz(values[5]);
@@ -756,6 +832,7 @@ static int
 pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 			   int max_items, bool filtered, TimestampTz *next_expiry)
 {
+	PgqLayout	layout = pgq_layout();
 	Oid			types[6] = {TEXTOID, INT4OID, INTERVALOID, TEXTARRAYOID, TIMESTAMPTZOID,
 	TIMESTAMPTZOID};
 	Datum		a[6];
@@ -803,7 +880,8 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 		int64		failed_before = failed;
 
 		a[1] = Int32GetDatum(max_items - stolen);
-		if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen, claim_stolen_sql, 6, types),
+		if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen[layout], claim_stolen_sql[layout],
+										   6, types),
 							 a, n, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "pgqueue: claim of expired leases failed");
 		stolen += pgq_claim_put(rsinfo, &failed, &min_lease);
@@ -817,7 +895,7 @@ pgq_claim_once(ReturnSetInfo *rsinfo, Datum *args, const char *nulls,
 										 filtered ? DatumGetArrayTypeP(args[3]) : NULL);
 
 		if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) > 0)
-			fresh = pgq_claim_ids(rsinfo, ids, a, &min_lease);
+			fresh = pgq_claim_ids(rsinfo, layout, ids, a, &min_lease);
 	}
 
 	if (stolen + fresh == 0 && next_expiry != NULL)
@@ -1095,6 +1173,51 @@ pgq_ack_batch(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The statement of pgq_nack: delete the work_queue row held by $2, and set
+ * the job to 'retry' (run_after: now + $4, or the backoff from base $5,
+ * jitter $6 and cap $7 when $4 is NULL) or 'failed' (out of tries) with
+ * last_error $3.  Returns the new state, whether the queue has a cap, and
+ * the job's key in queue_ready_idx.  In 1.1 the attempt count and version
+ * come from the work_queue row and are written back to the job row.
+ */
+#define NACK_SET(T) \
+"    SET state = CASE WHEN " T " >= m.max_tries" \
+"                     THEN 'failed' ELSE 'retry' END::pgqueue.job_state," \
+"        run_after = CASE WHEN " T " >= m.max_tries THEN q.run_after" \
+"                    ELSE pg_catalog.clock_timestamp() + coalesce($4," \
+"                         $6 * LEAST($5::float8 * 2.0::float8 ^ (LEAST(" T ", 40) - 1)," \
+"                                    $7::float8) * interval '1 microsecond') END," \
+"        last_error = $3,"
+
+#define NACK_RETURNING \
+" RETURNING q.state::text, EXISTS (SELECT 1 FROM pgqueue.queues s" \
+"                   WHERE s.queue = q.queue AND s.max_in_flight > 0)," \
+"           -(q.priority::bigint), q.run_after"
+
+static const char *const nack_sql[2] = {
+	"WITH w AS (DELETE FROM pgqueue.work_queue"
+	"            WHERE id = $1 AND lock_key = $2 RETURNING id)"
+	" UPDATE pgqueue.queue q"
+	NACK_SET("q.tries")
+	"        version = q.version + 1"
+	"   FROM (SELECT w.id, coalesce(s.max_tries, 5) AS max_tries"
+	"           FROM w JOIN pgqueue.queue j ON j.id = w.id"
+	"           LEFT JOIN pgqueue.queues s ON s.queue = j.queue) m"
+	"  WHERE q.id = m.id"
+	NACK_RETURNING,
+
+	"WITH w AS (DELETE FROM pgqueue.work_queue"
+	"            WHERE id = $1 AND lock_key = $2 RETURNING id, queue, tries, version)"
+	" UPDATE pgqueue.queue q"
+	NACK_SET("m.tries")
+	"        tries = m.tries, version = m.version + 1"
+	"   FROM (SELECT w.id, w.tries, w.version, coalesce(s.max_tries, 5) AS max_tries"
+	"           FROM w LEFT JOIN pgqueue.queues s ON s.queue = w.queue) m"
+	"  WHERE q.id = m.id"
+	NACK_RETURNING
+};
+
+/*
  * pgq_nack(id, lock_key, error, retry_in) returns text
  *
  * Gives the job back after a failure.  It goes to 'retry' with run_after =
@@ -1110,6 +1233,7 @@ pgq_nack(PG_FUNCTION_ARGS)
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *state = NULL;
 	bool		due_now = false;
+	PgqLayout	layout;
 
 	pgq_require(fcinfo, 0, "id");
 	args[0] = PG_GETARG_DATUM(0);
@@ -1132,28 +1256,11 @@ pgq_nack(PG_FUNCTION_ARGS)
 	args[5] = Float8GetDatum(0.5 + 0.5 * pg_prng_double(&pg_global_prng_state));
 	args[6] = Int64GetDatum(PGQ_BACKOFF_CAP_USECS);
 
+	layout = pgq_layout();
 	SPI_connect();
-	if (SPI_execute_plan(pgq_keep_plan(&plan_nack,
-									   "WITH w AS (DELETE FROM pgqueue.work_queue"
-									   "            WHERE id = $1 AND lock_key = $2 RETURNING id)"
-									   " UPDATE pgqueue.queue q"
-									   "    SET state = CASE WHEN q.tries >= m.max_tries"
-									   "                     THEN 'failed' ELSE 'retry' END::pgqueue.job_state,"
-									   "        run_after = CASE WHEN q.tries >= m.max_tries THEN q.run_after"
-									   "                    ELSE pg_catalog.clock_timestamp() + coalesce($4,"
-									   "                         $6 * LEAST($5::float8 * 2.0::float8 ^ (LEAST(q.tries, 40) - 1),"
-									   "                                    $7::float8) * interval '1 microsecond') END,"
-									   "        last_error = $3, version = q.version + 1"
-									   "   FROM (SELECT w.id, coalesce(s.max_tries, 5) AS max_tries"
-									   "           FROM w JOIN pgqueue.queue j ON j.id = w.id"
-									   "           LEFT JOIN pgqueue.queues s ON s.queue = j.queue) m"
-									   "  WHERE q.id = m.id"
-									   " RETURNING q.state::text, EXISTS (SELECT 1 FROM pgqueue.queues s"
-									   "                   WHERE s.queue = q.queue AND s.max_in_flight > 0),"
-									   "           -(q.priority::bigint), q.run_after",
-									   7, types),
+	if (SPI_execute_plan(pgq_keep_plan(&plan_nack[layout], nack_sql[layout], 7, types),
 						 args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "pgqueue: nack failed");
+		elog(ERROR, "nack failed");
 	if (SPI_processed == 1)
 	{
 		char	   *s = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -1186,6 +1293,57 @@ pgq_nack(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The statement of pgq_release: every work_queue row held by $1 is released
+ * (claimable at once), or, on its last try, deleted and its job failed.
+ * Returns how many of each.  In 1.1 the job rows of released jobs get their
+ * attempt count and version back from work_queue too.
+ */
+#define RELEASE_TAIL(TRIES, VERSION) \
+" rel AS (" \
+"  UPDATE pgqueue.work_queue w" \
+"     SET lock_key = NULL, lock_timeout = NULL, started = NULL" \
+"   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE NOT r.last_try))" \
+"  RETURNING w.id)," \
+" dw AS (" \
+"  DELETE FROM pgqueue.work_queue w" \
+"   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE r.last_try))" \
+"  RETURNING w.id)," \
+" dq AS (" \
+"  UPDATE pgqueue.queue q" \
+"     SET state = 'failed', tries = " TRIES ", version = " VERSION "," \
+"         last_error = pg_catalog.format('released by %s on try %s of %s'," \
+"                                        $1, r.tries, r.max_tries)" \
+"    FROM r" \
+"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw)) AND r.id = q.id" \
+"  RETURNING q.id)"
+
+static const char *const release_sql[2] = {
+	"WITH r AS ("
+	"  SELECT w.id, q.tries, q.max_tries, q.tries >= q.max_tries AS last_try"
+	"    FROM pgqueue.work_queue w CROSS JOIN LATERAL ("
+	"         SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s"
+	"                                    WHERE s.queue = q.queue), 5) AS max_tries"
+	"           FROM pgqueue.queue q WHERE q.id = w.id LIMIT 1) q"
+	"   WHERE w.lock_key = $1"
+	"     FOR UPDATE OF w),"
+	RELEASE_TAIL("q.tries", "q.version + 1")
+	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int",
+
+	"WITH r AS ("
+	"  SELECT w.id, w.tries, w.version, coalesce(s.max_tries, 5) AS max_tries,"
+	"         w.tries >= coalesce(s.max_tries, 5) AS last_try"
+	"    FROM pgqueue.work_queue w LEFT JOIN pgqueue.queues s ON s.queue = w.queue"
+	"   WHERE w.lock_key = $1"
+	"     FOR UPDATE OF w),"
+	RELEASE_TAIL("r.tries", "r.version + 1") ","
+	" sync AS ("
+	"  UPDATE pgqueue.queue q SET tries = r.tries, version = r.version"
+	"    FROM r"
+	"   WHERE q.id = ANY (ARRAY(SELECT rel.id FROM rel)) AND r.id = q.id)"
+	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int"
+};
+
+/*
  * pgq_release(lock_key) returns int
  *
  * Gives back every job lock_key holds: they become claimable at once (in
@@ -1201,40 +1359,15 @@ pgq_release(PG_FUNCTION_ARGS)
 	int			released;
 	int			failed;
 	bool		isnull;
+	PgqLayout	layout;
 
 	args[0] = CStringGetTextDatum(pgq_text_arg(fcinfo, 0, "lock_key", PGQ_MAX_KEY_BYTES));
 
+	layout = pgq_layout();
 	SPI_connect();
-	if (SPI_execute_plan(pgq_keep_plan(&plan_release,
-									   "WITH r AS ("
-									   "  SELECT w.id, q.tries, q.max_tries, q.tries >= q.max_tries AS last_try"
-									   "    FROM pgqueue.work_queue w CROSS JOIN LATERAL ("
-									   "         SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s"
-									   "                                    WHERE s.queue = q.queue), 5) AS max_tries"
-									   "           FROM pgqueue.queue q WHERE q.id = w.id LIMIT 1) q"
-									   "   WHERE w.lock_key = $1"
-									   "     FOR UPDATE OF w),"
-									   " rel AS ("
-									   "  UPDATE pgqueue.work_queue w"
-									   "     SET lock_key = NULL, lock_timeout = NULL, started = NULL"
-									   "   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE NOT r.last_try))"
-									   "  RETURNING w.id),"
-									   " dw AS ("
-									   "  DELETE FROM pgqueue.work_queue w"
-									   "   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE r.last_try))"
-									   "  RETURNING w.id),"
-									   " dq AS ("
-									   "  UPDATE pgqueue.queue q"
-									   "     SET state = 'failed', version = q.version + 1,"
-									   "         last_error = (SELECT pg_catalog.format('released by %s on try %s of %s',"
-									   "                                                $1, r.tries, r.max_tries)"
-									   "                         FROM r WHERE r.id = q.id)"
-									   "   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw))"
-									   "  RETURNING q.id)"
-									   " SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int",
-									   1, types),
+	if (SPI_execute_plan(pgq_keep_plan(&plan_release[layout], release_sql[layout], 1, types),
 						 args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "pgqueue: release failed");
+		elog(ERROR, "release failed");
 	released = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	failed = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	SPI_finish();

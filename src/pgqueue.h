@@ -114,8 +114,20 @@ extern Oid	pgq_relid(Oid nsp, const char *name);
 /* uuid7.c */
 extern void pgq_uuid7(pg_uuid_t *uuid);
 
-/* api.c helper shared with schedule.c */
+/*
+ * The layout of the pgqueue tables in the current database: the SQL objects
+ * of version 1.0, or of 1.1 (work_queue keeps a job's tries and version,
+ * no foreign key).  Values index arrays of statements.
+ */
+typedef enum PgqLayout
+{
+	PGQ_V10 = 0,
+	PGQ_V11 = 1
+} PgqLayout;
+
+/* api.c helpers shared with schedule.c */
 extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
 								int nargs, Oid *argtypes);
+extern PgqLayout pgq_layout(void);
 
 #endif							/* PGQUEUE_H */

@@ -43,7 +43,7 @@
 
 PG_FUNCTION_INFO_V1(pgq_schedule);
 
-static SPIPlanPtr plan_round = NULL;
+static SPIPlanPtr plan_round[2] = {NULL, NULL};
 static SPIPlanPtr plan_busy = NULL;
 
 /*
@@ -68,76 +68,96 @@ static const char *busy_sql =
  * ($5, $6) = the scheduling bound (shmem.c): queues are walked from there,
  * $7 = the names of the queues in queue_ready_idx (pgq_ready_queue_names).
  */
-static const char *round_sql =
-"WITH"
-" t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts),"
-/* queues with ready jobs, and the key of the first (pgq_ready_queue_names) */
-" active (queue, np, ra) AS ("
-"  SELECT f.queue, f.np, f.ra"
-"    FROM pg_catalog.unnest($7::text[]) AS n (queue) CROSS JOIN LATERAL ("
-"         SELECT q.queue, -(q.priority::bigint) AS np, q.run_after AS ra"
-"           FROM pgqueue.queue q"
-"          WHERE q.queue = n.queue AND q.state IN ('pending', 'retry')"
-"            AND (-(q.priority::bigint), q.run_after) >= ($5, $6)"
-"          ORDER BY -(q.priority::bigint), q.run_after, q.id LIMIT 1) f),"
-/* their settings, and the room each has under max_in_flight */
-" conf AS ("
-"  SELECT a.queue, coalesce(s.weight, 1) AS weight,"
-"         CASE WHEN coalesce(s.max_in_flight, 0) = 0 THEN $1::bigint"
-"              ELSE GREATEST(0, s.max_in_flight -"
-"                   (SELECT count(*) FROM pgqueue.queue c"
-"                     WHERE c.queue = a.queue AND c.state = 'scheduled'))"
-"         END AS room"
-"    FROM active a LEFT JOIN pgqueue.queues s ON s.queue = a.queue"
-"   WHERE NOT coalesce(s.paused, false)"
-"     AND a.queue <> ALL ($4::text[])),"
-" quota AS ("
-"  SELECT c.queue, c.weight, c.room,"
-"         LEAST(c.room, CASE WHEN $3"
-"                            THEN ceil($1::numeric * c.weight / sum(c.weight) OVER ())::bigint"
-"                            ELSE $1::bigint END) AS lim"
-"    FROM conf c),"
-/* the best ready jobs of each queue, locked */
-" cand AS ("
-"  SELECT j.id, j.queue, j.priority, j.run_after,"
-"         (row_number() OVER (PARTITION BY j.queue"
-"                             ORDER BY j.priority DESC, j.run_after, j.id))::float8"
-"           / k.weight AS vtime"
-"    FROM quota k CROSS JOIN LATERAL ("
-"         SELECT q.id, q.queue, q.priority, q.run_after FROM pgqueue.queue q"
-"          WHERE q.queue = k.queue AND q.state IN ('pending', 'retry')"
-"            AND (-(q.priority::bigint), q.run_after) >= ($5, $6)"
-"            AND q.run_after <= (SELECT t.ts FROM t)"
-"          ORDER BY -(q.priority::bigint), q.run_after, q.id"
-"          LIMIT k.lim"
-"            FOR UPDATE OF q SKIP LOCKED) j"
-"   WHERE k.lim > 0),"
-/* the batch: smallest virtual times first */
-" pick AS ("
-"  SELECT c.id, c.queue,"
-"         $2 + row_number() OVER (ORDER BY c.vtime, c.priority DESC, c.run_after, c.id) AS batch_order"
-"    FROM cand c"
-"   ORDER BY c.vtime, c.priority DESC, c.run_after, c.id"
-"   LIMIT $1),"
-" upd AS ("
-"  UPDATE pgqueue.queue q SET state = 'scheduled', version = q.version + 1"
-"   WHERE q.id = ANY (ARRAY(SELECT p.id FROM pick p))"
-"  RETURNING q.id),"
-" ins AS ("
-"  INSERT INTO pgqueue.work_queue (id, queue, created, batch_order)"
-"  SELECT p.id, p.queue, (SELECT t.ts FROM t), p.batch_order"
-"    FROM pick p JOIN upd ON upd.id = p.id"
-"  RETURNING 1)"
-" SELECT (SELECT count(*)::int FROM ins),"
-/* queues cut short by their fair share that may have more ready jobs */
-"        (SELECT count(*)::int"
-"           FROM quota k JOIN (SELECT c.queue, count(*) AS n FROM cand c GROUP BY c.queue) g"
-"             ON g.queue = k.queue"
-"          WHERE k.lim < k.room AND g.n >= k.lim),"
-/* the new bound: the first ready job of all queues, before this pass */
-"        f.np, f.ra"
-"   FROM (SELECT 1) one LEFT JOIN"
-"        (SELECT a.np, a.ra FROM active a ORDER BY a.np, a.ra LIMIT 1) f ON true";
+#define ROUND_SQL_HEAD \
+"WITH" \
+" t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts)," \
+/* queues with ready jobs, and the key of the first (pgq_ready_queue_names) */ \
+" active (queue, np, ra) AS (" \
+"  SELECT f.queue, f.np, f.ra" \
+"    FROM pg_catalog.unnest($7::text[]) AS n (queue) CROSS JOIN LATERAL (" \
+"         SELECT q.queue, -(q.priority::bigint) AS np, q.run_after AS ra" \
+"           FROM pgqueue.queue q" \
+"          WHERE q.queue = n.queue AND q.state IN ('pending', 'retry')" \
+"            AND (-(q.priority::bigint), q.run_after) >= ($5, $6)" \
+"          ORDER BY -(q.priority::bigint), q.run_after, q.id LIMIT 1) f)," \
+/* their settings, and the room each has under max_in_flight */ \
+" conf AS (" \
+"  SELECT a.queue, coalesce(s.weight, 1) AS weight," \
+"         CASE WHEN coalesce(s.max_in_flight, 0) = 0 THEN $1::bigint" \
+"              ELSE GREATEST(0, s.max_in_flight -" \
+"                   (SELECT count(*) FROM pgqueue.queue c" \
+"                     WHERE c.queue = a.queue AND c.state = 'scheduled'))" \
+"         END AS room" \
+"    FROM active a LEFT JOIN pgqueue.queues s ON s.queue = a.queue" \
+"   WHERE NOT coalesce(s.paused, false)" \
+"     AND a.queue <> ALL ($4::text[]))," \
+" quota AS (" \
+"  SELECT c.queue, c.weight, c.room," \
+"         LEAST(c.room, CASE WHEN $3" \
+"                            THEN ceil($1::numeric * c.weight / sum(c.weight) OVER ())::bigint" \
+"                            ELSE $1::bigint END) AS lim" \
+"    FROM conf c)," \
+/* the best ready jobs of each queue, locked */ \
+" cand AS (" \
+"  SELECT j.id, j.queue, j.priority, j.run_after," \
+"         (row_number() OVER (PARTITION BY j.queue" \
+"                             ORDER BY j.priority DESC, j.run_after, j.id))::float8" \
+"           / k.weight AS vtime" \
+"    FROM quota k CROSS JOIN LATERAL (" \
+"         SELECT q.id, q.queue, q.priority, q.run_after FROM pgqueue.queue q" \
+"          WHERE q.queue = k.queue AND q.state IN ('pending', 'retry')" \
+"            AND (-(q.priority::bigint), q.run_after) >= ($5, $6)" \
+"            AND q.run_after <= (SELECT t.ts FROM t)" \
+"          ORDER BY -(q.priority::bigint), q.run_after, q.id" \
+"          LIMIT k.lim" \
+"            FOR UPDATE OF q SKIP LOCKED) j" \
+"   WHERE k.lim > 0)," \
+/* the batch: smallest virtual times first */ \
+" pick AS (" \
+"  SELECT c.id, c.queue," \
+"         $2 + row_number() OVER (ORDER BY c.vtime, c.priority DESC, c.run_after, c.id) AS batch_order" \
+"    FROM cand c" \
+"   ORDER BY c.vtime, c.priority DESC, c.run_after, c.id" \
+"   LIMIT $1)," \
+" upd AS (" \
+"  UPDATE pgqueue.queue q SET state = 'scheduled', version = q.version + 1" \
+"   WHERE q.id = ANY (ARRAY(SELECT p.id FROM pick p))" \
+"  RETURNING q.id, q.tries, q.version),"
+
+/* The rest of round_sql: the insert into work_queue, then the results. */
+#define ROUND_RESULT \
+" SELECT (SELECT count(*)::int FROM ins)," \
+/* queues cut short by their fair share that may have more ready jobs */ \
+"        (SELECT count(*)::int" \
+"           FROM quota k JOIN (SELECT c.queue, count(*) AS n FROM cand c GROUP BY c.queue) g" \
+"             ON g.queue = k.queue" \
+"          WHERE k.lim < k.room AND g.n >= k.lim)," \
+/* the new bound: the first ready job of all queues, before this pass */ \
+"        f.np, f.ra" \
+"   FROM (SELECT 1) one LEFT JOIN" \
+"        (SELECT a.np, a.ra FROM active a ORDER BY a.np, a.ra LIMIT 1) f ON true"
+
+/*
+ * The whole statement for each layout (pgq_layout): from 1.1 on, the job's
+ * attempt count and version move into its work_queue row.
+ */
+static const char *const round_sql[2] = {
+	ROUND_SQL_HEAD
+	" ins AS ("
+	"  INSERT INTO pgqueue.work_queue (id, queue, created, batch_order)"
+	"  SELECT p.id, p.queue, (SELECT t.ts FROM t), p.batch_order"
+	"    FROM pick p JOIN upd ON upd.id = p.id"
+	"  RETURNING 1)"
+	ROUND_RESULT,
+
+	ROUND_SQL_HEAD
+	" ins AS ("
+	"  INSERT INTO pgqueue.work_queue (id, queue, created, batch_order, tries, version)"
+	"  SELECT p.id, p.queue, (SELECT t.ts FROM t), p.batch_order, upd.tries, upd.version"
+	"    FROM pick p JOIN upd ON upd.id = p.id"
+	"  RETURNING 1)"
+	ROUND_RESULT
+};
 
 /*
  * Run one round; returns how many jobs it moved, sets *short_queues to the
@@ -146,7 +166,7 @@ static const char *round_sql =
  * snapshot saw them before its moves (the highest key when there is none).
  */
 static int
-pgq_schedule_round(int max_items, int order_base, bool fair, Datum busy,
+pgq_schedule_round(PgqLayout layout, int max_items, int order_base, bool fair, Datum busy,
 				   const PgqReadyKey *bound, Datum names, int *short_queues,
 				   PgqReadyKey *found)
 {
@@ -164,10 +184,10 @@ pgq_schedule_round(int max_items, int order_base, bool fair, Datum busy,
 	args[5] = TimestampTzGetDatum(bound->ra);
 	args[6] = names;
 
-	if (SPI_execute_plan(pgq_keep_plan(&plan_round, round_sql, 7, types),
+	if (SPI_execute_plan(pgq_keep_plan(&plan_round[layout], round_sql[layout], 7, types),
 						 args, NULL, false, 0) != SPI_OK_SELECT ||
 		SPI_processed != 1)
-		elog(ERROR, "pgqueue: scheduling pass failed");
+		elog(ERROR, "scheduling pass failed");
 	*short_queues = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 												SPI_tuptable->tupdesc, 2, &isnull));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
@@ -196,22 +216,23 @@ pgq_schedule_pass(int max_items)
 	PgqReadyKey found;
 	uint64		ticket;
 	bool		hinted;
+	PgqLayout	layout = pgq_layout();
 
 	/* read before the snapshot of the first round (see shmem.c) */
 	hinted = pgq_sched_bound_get(&bound, &ticket);
 
 	if (SPI_execute_plan(pgq_keep_plan(&plan_busy, busy_sql, 0, NULL),
 						 NULL, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "pgqueue: scheduling pass failed");
+		elog(ERROR, "scheduling pass failed");
 	busy = PointerGetDatum(DatumGetArrayTypePCopy(SPI_getbinval(SPI_tuptable->vals[0],
 																SPI_tuptable->tupdesc, 1, &isnull)));
 	names = PointerGetDatum(pgq_ready_queue_names());
-	moved = pgq_schedule_round(max_items, 0, true, busy, &bound, names,
+	moved = pgq_schedule_round(layout, max_items, 0, true, busy, &bound, names,
 							   &short_queues, &found);
 	pgq_sched_bound_set(&found, ticket, !hinted);
 	/* room left, and a queue that may have more than its share: round 2 */
 	if (moved < max_items && short_queues > 0)
-		moved += pgq_schedule_round(max_items - moved, moved, false, busy,
+		moved += pgq_schedule_round(layout, max_items - moved, moved, false, busy,
 									&bound, names, &short_queues, &found);
 
 	if (moved > 0)

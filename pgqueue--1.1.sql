@@ -1,0 +1,283 @@
+/* pgqueue--1.1.sql */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION pgqueue" to load this file. \quit
+
+/*
+ * Roles.  They are cluster-wide objects, so they survive DROP EXTENSION and
+ * are shared by every database that installs pgqueue; create them only when
+ * they are missing.
+ */
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgqueue_producer') THEN
+        CREATE ROLE pgqueue_producer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgqueue_consumer') THEN
+        CREATE ROLE pgqueue_consumer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgqueue_admin') THEN
+        CREATE ROLE pgqueue_admin NOLOGIN;
+    END IF;
+    IF NOT pg_catalog.pg_has_role('pgqueue_admin', 'pgqueue_producer', 'MEMBER') THEN
+        GRANT pgqueue_producer TO pgqueue_admin;
+    END IF;
+    IF NOT pg_catalog.pg_has_role('pgqueue_admin', 'pgqueue_consumer', 'MEMBER') THEN
+        GRANT pgqueue_consumer TO pgqueue_admin;
+    END IF;
+END
+$roles$;
+
+CREATE SCHEMA pgqueue;
+REVOKE ALL ON SCHEMA pgqueue FROM PUBLIC;
+
+CREATE TYPE pgqueue.job_state AS ENUM ('pending', 'retry', 'scheduled', 'failed');
+
+-- Per-queue settings; a queue without a row uses the defaults below.
+CREATE TABLE pgqueue.queues (
+    queue         text PRIMARY KEY
+                  CHECK (octet_length(queue) BETWEEN 1 AND 128),
+    weight        int NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 10000),
+    max_in_flight int NOT NULL DEFAULT 0 CHECK (max_in_flight >= 0),
+    max_tries     int NOT NULL DEFAULT 5 CHECK (max_tries >= 1),
+    paused        boolean NOT NULL DEFAULT false
+);
+
+/*
+ * Every job that is not finished.  run_after is never NULL: a job pushed
+ * without a delay is due at its push time, which also makes it the "age"
+ * the scheduler orders by within a priority.
+ *
+ * fillfactor leaves room on each page so that the claim's update of
+ * tries/version (no indexed column changes) can be HOT.
+ */
+CREATE TABLE pgqueue.queue (
+    id          uuid PRIMARY KEY,
+    created     timestamptz NOT NULL DEFAULT now(),
+    version     int NOT NULL DEFAULT 0,
+    queue       text NOT NULL,
+    state       pgqueue.job_state NOT NULL DEFAULT 'pending',
+    tries       int NOT NULL DEFAULT 0,
+    priority    int NOT NULL DEFAULT 0,
+    run_after   timestamptz NOT NULL DEFAULT now(),
+    payload     jsonb NOT NULL DEFAULT '{}',
+    dedup_key   text,
+    last_error  text
+) WITH (fillfactor = 80);
+
+-- What the scheduling pass reads: ready jobs per queue, best first.  The
+-- priority is negated (as bigint: -(-2^31) does not fit an int) rather than
+-- DESC so that the pass can start each queue's walk at a key
+-- (-priority, run_after) with a row comparison (see src/schedule.c).
+CREATE INDEX queue_ready_idx ON pgqueue.queue (queue, (-(priority::bigint)), run_after, id)
+    WHERE state IN ('pending', 'retry');
+-- How many jobs of a queue sit in work_queue (max_in_flight).
+CREATE INDEX queue_scheduled_idx ON pgqueue.queue (queue)
+    WHERE state = 'scheduled';
+-- At most one live job per (queue, dedup_key); failed jobs do not count.
+CREATE UNIQUE INDEX queue_dedup_idx ON pgqueue.queue (queue, dedup_key)
+    WHERE dedup_key IS NOT NULL AND state <> 'failed';
+
+/*
+ * What the scheduler released to workers.  queue is a copy of the job's
+ * queue so that claims filtered by queue need no join.  A row is claimable
+ * when lock_timeout is NULL (never claimed, or released) or in the past
+ * (lease ran out); the two partial indexes below let a claim find either kind
+ * without walking past rows held under a live lease.
+ *
+ * While a job has a row here, its attempt count (tries) and version live in
+ * this row: a claim writes only this row.  The job row's tries and version
+ * are brought up to date when the job leaves work_queue (nack, failure,
+ * release).  There is no foreign key to pgqueue.queue: the API removes both
+ * rows itself (one fewer check per job scheduled, one fewer query per ack).
+ */
+CREATE TABLE pgqueue.work_queue (
+    id           uuid PRIMARY KEY,
+    queue        text NOT NULL,
+    created      timestamptz NOT NULL DEFAULT now(),
+    version      int NOT NULL DEFAULT 0,
+    batch_order  int NOT NULL,
+    started      timestamptz,
+    lock_key     text,
+    lock_timeout timestamptz,
+    tries        int NOT NULL DEFAULT 0  -- last, as ALTER TABLE adds it in an update from 1.0
+) WITH (fillfactor = 70);
+
+CREATE INDEX work_queue_ready_idx ON pgqueue.work_queue (created, batch_order)
+    WHERE lock_timeout IS NULL;
+CREATE INDEX work_queue_queue_ready_idx ON pgqueue.work_queue (queue, created, batch_order)
+    WHERE lock_timeout IS NULL;
+CREATE INDEX work_queue_lease_idx ON pgqueue.work_queue (lock_timeout)
+    WHERE lock_timeout IS NOT NULL;
+
+/*
+ * One row per unfinished job, merged from both tables: the current truth
+ * (while a job is in work_queue, its tries live there).  state is the job's,
+ * except that a job in work_queue is 'running' while a live lease holds it
+ * and 'scheduled' otherwise.
+ */
+CREATE VIEW pgqueue.jobs AS
+SELECT q.id, q.queue,
+       CASE WHEN w.id IS NULL THEN q.state::text
+            WHEN w.lock_timeout >= pg_catalog.clock_timestamp() THEN 'running'
+            ELSE 'scheduled' END AS state,
+       q.priority, q.run_after, q.created,
+       coalesce(w.tries, q.tries) AS tries,
+       coalesce(s.max_tries, 5) AS max_tries,
+       w.lock_key, w.lock_timeout, q.last_error, q.payload
+  FROM pgqueue.queue q
+  LEFT JOIN pgqueue.work_queue w ON w.id = q.id
+  LEFT JOIN pgqueue.queues s ON s.queue = q.queue;
+
+REVOKE ALL ON ALL TABLES IN SCHEMA pgqueue FROM PUBLIC;
+
+/*
+ * The API.  Every function is SECURITY DEFINER with a fixed search_path;
+ * the C code schema-qualifies every object and passes values as parameters.
+ * The statements inside keep generic plans (see pgq_keep_plan) that are
+ * made, and remade after each ANALYZE, at whatever size the tables have
+ * then: made while a queue is nearly empty, a plan would keep its sequential
+ * or bitmap scans as the tables grow.  Every statement is a probe of an
+ * index, so the functions that run them turn both off; and JIT, which the
+ * cost of a disabled scan (the few statements that must read a whole small
+ * table) would otherwise set off on every call.
+ * None is STRICT: a NULL required argument raises 22004 instead of silently
+ * returning NULL.
+ */
+CREATE FUNCTION pgq_push(queue text,
+                         payload jsonb DEFAULT '{}',
+                         run_after timestamptz DEFAULT NULL,
+                         priority int DEFAULT 0,
+                         dedup_key text DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'pgq_push'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_push_batch(queue text,
+                               payloads jsonb[],
+                               run_after timestamptz DEFAULT NULL,
+                               priority int DEFAULT 0)
+RETURNS SETOF uuid
+AS 'MODULE_PATHNAME', 'pgq_push_batch'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_schedule(max_items int DEFAULT 100)
+RETURNS int
+AS 'MODULE_PATHNAME', 'pgq_schedule'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_claim(lock_key text,
+                          max_items int DEFAULT 1,
+                          lease interval DEFAULT '30 seconds',
+                          queues text[] DEFAULT NULL,
+                          wait interval DEFAULT '0')
+RETURNS TABLE (id uuid, queue text, payload jsonb, tries int, version int,
+               lock_timeout timestamptz)
+AS 'MODULE_PATHNAME', 'pgq_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 10
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_extend(id uuid, lock_key text,
+                           lease interval DEFAULT '30 seconds')
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'pgq_extend'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_ack(id uuid, lock_key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_ack'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_ack_batch(ids uuid[], lock_key text)
+RETURNS int
+AS 'MODULE_PATHNAME', 'pgq_ack_batch'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_nack(id uuid, lock_key text,
+                         error text DEFAULT NULL,
+                         retry_in interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'pgq_nack'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_release(lock_key text)
+RETURNS int
+AS 'MODULE_PATHNAME', 'pgq_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_configure(queue text,
+                              weight int DEFAULT NULL,
+                              max_in_flight int DEFAULT NULL,
+                              max_tries int DEFAULT NULL,
+                              paused boolean DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'pgq_configure'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_stats()
+RETURNS TABLE (queue text, pending bigint, retry bigint, scheduled bigint,
+               in_flight bigint, failed bigint, oldest_ready timestamptz)
+AS 'MODULE_PATHNAME', 'pgq_stats'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION pgq_counters()
+RETURNS TABLE (pushed bigint, scheduled bigint, claimed bigint, acked bigint,
+               nacked bigint, failed bigint, leases_stolen bigint,
+               scheduler_passes bigint, stats_reset timestamptz)
+AS 'MODULE_PATHNAME', 'pgq_counters'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+/* Privileges: nothing for PUBLIC, everything through the three roles. */
+REVOKE ALL ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_schedule(int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_claim(text, int, interval, text[], interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_extend(uuid, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_ack(uuid, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_ack_batch(uuid[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_nack(uuid, text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_release(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_configure(text, int, int, int, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_stats() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_counters() FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA @extschema@ TO pgqueue_producer, pgqueue_consumer, pgqueue_admin;
+
+GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text) TO pgqueue_producer;
+GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int) TO pgqueue_producer;
+
+GRANT EXECUTE ON FUNCTION pgq_claim(text, int, interval, text[], interval) TO pgqueue_consumer;
+GRANT EXECUTE ON FUNCTION pgq_extend(uuid, text, interval) TO pgqueue_consumer;
+GRANT EXECUTE ON FUNCTION pgq_ack(uuid, text) TO pgqueue_consumer;
+GRANT EXECUTE ON FUNCTION pgq_ack_batch(uuid[], text) TO pgqueue_consumer;
+GRANT EXECUTE ON FUNCTION pgq_nack(uuid, text, text, interval) TO pgqueue_consumer;
+GRANT EXECUTE ON FUNCTION pgq_release(text) TO pgqueue_consumer;
+
+-- pgqueue_admin is a member of both roles above (see the DO block) and also:
+GRANT EXECUTE ON FUNCTION pgq_schedule(int) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_configure(text, int, int, int, boolean) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_stats() TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_counters() TO pgqueue_admin;
+GRANT USAGE ON SCHEMA pgqueue TO pgqueue_admin;
+GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_admin;
