@@ -3,10 +3,12 @@ MODULE_big = pgqueue
 OBJS = \
 	src/pgqueue.o \
 	src/api.o \
-	src/claimscan.o \
+	src/claim.o \
+	src/jobs.o \
 	src/schedule.o \
 	src/worker.o \
 	src/shmem.o \
+	src/tables.o \
 	src/uuid7.o
 EXTENSION = pgqueue
 DATA = pgqueue--1.0.sql pgqueue--1.1.sql pgqueue--1.0--1.1.sql

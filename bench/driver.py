@@ -36,7 +36,7 @@ import report
 import systems
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
+PGBENCH = os.environ.get("PGBENCH", "/usr/lib/postgresql/15/bin/pgbench")
 
 # Sizes and rounds.  Long workloads get fewer rounds.
 FULL = {

@@ -7,12 +7,14 @@
 #                     [--out FILE] [--keep] [--mock-pgqueue]
 #
 # Environment: BENCH_DIR (parent of the throwaway directory, default /tmp),
-#              BENCH_PORT (default 55433).
+#              BENCH_PORT (default 55433), PG_CONFIG (the server installation
+#              to use, default Debian's /usr/lib/postgresql/15/bin/pg_config).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PGVER=15
-PGBIN=/usr/lib/postgresql/$PGVER/bin
+PGBIN=$(dirname "${PG_CONFIG:-/usr/lib/postgresql/$PGVER/bin/pg_config}")
+export PGBENCH=$PGBIN/pgbench
 PY=/usr/bin/python3          # Debian's python3-psycopg is installed for this one
 PORT=${BENCH_PORT:-55433}
 BASE=${BENCH_DIR:-/tmp}
@@ -24,7 +26,7 @@ KEEP=0
 MOCK=""
 COMMAND="bash bench/run.sh $*"
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK="--quick" ;;

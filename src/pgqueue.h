@@ -20,8 +20,13 @@
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "nodes/execnodes.h"
 #include "nodes/pg_list.h"
+#include "executor/tuptable.h"
 #include "utils/array.h"
+#include "utils/rel.h"
+#include "utils/jsonb.h"
+#include "utils/snapshot.h"
 #include "utils/uuid.h"
 
 /* Limits on user input; documented in README.md. */
@@ -34,6 +39,9 @@
 #define PGQ_MAX_WAIT_USECS		(INT64CONST(60) * USECS_PER_SEC)
 #define PGQ_MAX_RETRY_USECS		(INT64CONST(365) * USECS_PER_DAY)
 #define PGQ_MAX_DATABASES		32		/* entries of pgqueue.database */
+
+/* max_tries of a queue without settings (pgq_configure, pgqueue.queues) */
+#define PGQ_DEFAULT_MAX_TRIES	5
 
 /* GUCs, defined in pgqueue.c */
 extern char *pgqueue_database;
@@ -76,6 +84,17 @@ typedef struct PgqReadyKey
 	TimestampTz ra;
 } PgqReadyKey;
 
+/*
+ * The layout of the pgqueue tables in the current database: the SQL objects
+ * of version 1.0, or of 1.1 (work_queue keeps a job's tries and version,
+ * no foreign key).  Values index arrays of statements.
+ */
+typedef enum PgqLayout
+{
+	PGQ_V10 = 0,
+	PGQ_V11 = 1
+} PgqLayout;
+
 /* pgqueue.c */
 extern List *pgq_database_list(void);
 
@@ -105,29 +124,110 @@ extern void pgq_sched_moved(void);
 /* schedule.c; caller must be connected to SPI inside a transaction */
 extern int	pgq_schedule_pass(int max_items);
 
-/* claimscan.c; caller must be inside a transaction */
-extern ArrayType *pgq_lock_ready(int max_items, ArrayType *queues);
-extern ArrayType *pgq_ready_queue_names(void);
-extern TimestampTz pgq_first_expired(TimestampTz from, TimestampTz now, bool *found);
+/* claim.c */
+extern void pgq_claim_jobs(ReturnSetInfo *rsinfo, text *key, int max_items,
+						   Datum lease, ArrayType *queues, TimestampTz wait_until);
+
+/* tables.c: direct access to pgqueue's tables for the per-job calls */
+
+/* Columns of pgqueue.queue and pgqueue.work_queue, by name. */
+typedef enum PgqCol
+{
+	PGQ_COL_ID = 0,
+	PGQ_COL_QUEUE,
+	PGQ_COL_CREATED,
+	PGQ_COL_VERSION,
+	PGQ_COL_TRIES,
+	PGQ_COL_STATE,
+	PGQ_COL_PRIORITY,
+	PGQ_COL_RUN_AFTER,
+	PGQ_COL_PAYLOAD,
+	PGQ_COL_DEDUP_KEY,
+	PGQ_COL_LAST_ERROR,
+	PGQ_COL_BATCH_ORDER,
+	PGQ_COL_STARTED,
+	PGQ_COL_LOCK_KEY,
+	PGQ_COL_LOCK_TIMEOUT,
+	PGQ_NUM_COLS
+} PgqCol;
+
+/* One table opened for writing in a call. */
+typedef struct PgqTable
+{
+	bool		is_open;
+	Relation	rel;
+	Relation	pkey;			/* the primary key index, on id */
+	struct ResultRelInfo *rri;	/* with the indexes opened */
+	TupleTableSlot *found;		/* the row found (pgq_find) */
+	TupleTableSlot *next;		/* the version being written */
+	AttrNumber	att[PGQ_NUM_COLS];	/* InvalidAttrNumber: no such column */
+} PgqTable;
+
+/* A call writing pgqueue's tables: pgq_write_begin .. pgq_write_end. */
+typedef struct PgqWrite
+{
+	struct EState *estate;
+	Snapshot	snapshot;
+	CommandId	cid;
+	PgqLayout	layout;
+	Oid			work_relid;
+	Oid			job_relid;
+	PgqTable	work;			/* pgqueue.work_queue */
+	PgqTable	job;			/* pgqueue.queue (see pgq_write_job) */
+} PgqWrite;
+
+typedef bool (*PgqRowCheck) (PgqTable *t, void *arg);
+typedef void (*PgqRowBuild) (PgqTable *t, void *arg);
+
+#define PGQ_OPEN_WORK	0x01		/* open pgqueue.work_queue */
+#define PGQ_OPEN_JOB	0x02		/* open pgqueue.queue */
+
+extern void pgq_write_begin(PgqWrite *w, const char *fn, int open);
+extern void pgq_write_new_snapshot(PgqWrite *w);
+extern PgqTable *pgq_write_job(PgqWrite *w);
+extern void pgq_write_end(PgqWrite *w);
+extern void pgq_write_changes(PgqWrite *w, PgqTable *t, const PgqCol *cols, int ncols);
+extern bool pgq_find(PgqWrite *w, PgqTable *t, Datum id);
+extern bool pgq_delete_found(PgqWrite *w, PgqTable *t, PgqRowCheck check, void *arg);
+extern bool pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
+							 PgqRowBuild build, void *arg);
+extern void pgq_insert(PgqWrite *w, PgqTable *t, Datum *values, bool *isnull);
+extern Datum pgq_get(PgqTable *t, TupleTableSlot *slot, PgqCol c, bool *isnull);
+extern void pgq_set(PgqTable *t, PgqCol c, Datum value, bool isnull);
+extern bool pgq_text_equals(PgqTable *t, PgqCol c, text *key);
+extern Datum pgq_state_datum(PgqTable *t, const char *label);
 extern Oid	pgq_relid(Oid nsp, const char *name);
+
+/* jobs.c: push, extend, ack and nack of one job (or a few) */
+
+/* A queue's settings (pgqueue.queues, or the defaults). */
+typedef struct PgqQueueSettings
+{
+	bool		found;			/* the queue has a row */
+	int32		weight;
+	int32		max_in_flight;
+	int32		max_tries;
+	bool		paused;
+	int64		retention;		/* usecs; 0: no archive */
+} PgqQueueSettings;
+
+extern void pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s);
+extern void pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload,
+						 bool has_run_after, TimestampTz run_after, int32 priority);
+extern bool pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline);
+extern int	pgq_ack_jobs(Datum *ids, int n, text *key);
+extern const char *pgq_nack_job(Datum id, text *key, text *error,
+								bool has_retry_in, Datum retry_in);
 
 /* uuid7.c */
 extern void pgq_uuid7(pg_uuid_t *uuid);
 
-/*
- * The layout of the pgqueue tables in the current database: the SQL objects
- * of version 1.0, or of 1.1 (work_queue keeps a job's tries and version,
- * no foreign key).  Values index arrays of statements.
- */
-typedef enum PgqLayout
-{
-	PGQ_V10 = 0,
-	PGQ_V11 = 1
-} PgqLayout;
 
 /* api.c helpers shared with schedule.c */
 extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
 								int nargs, Oid *argtypes);
 extern PgqLayout pgq_layout(void);
+extern int64 pgq_interval_usecs(Datum interval);
+extern TimestampTz pgq_deadline(TimestampTz from, Datum interval);
 
 #endif							/* PGQUEUE_H */

@@ -1,0 +1,717 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.c
+ *		Claiming jobs: the expired-lease probe and steal, the walk that finds
+ *		and locks never-claimed rows of pgqueue.work_queue in scheduling
+ *		order, leasing the rows taken, and the wait of a blocking claim.
+ *		pgq_claim (api.c) checks the arguments and calls pgq_claim_jobs.
+ *
+ * Why the walk is in C rather than "SELECT ... FOR UPDATE SKIP LOCKED":
+ * under READ COMMITTED a row whose visible version was updated by a
+ * transaction that committed after the statement's snapshot (another claim
+ * that just took it) is not skipped but followed to its latest version,
+ * which is locked and only then re-checked.  The re-check fails (the row is
+ * claimed) and the row is left out, yet it stays locked until the claiming
+ * transaction ends, and the worker that really holds the job then waits
+ * for that stranger's commit when it acks (measured under 4 consumers: the
+ * ack statement averaged 1.3 ms, most of it in XactLockTableWait).  Here
+ * each candidate is locked as the version the snapshot sees, without
+ * following updates: a row that changed since, or that another transaction
+ * holds, is skipped and never locked.  The rows locked are then leased by a
+ * direct update (tables.c), and their jobs' payloads read by primary key.
+ *
+ * Unfiltered claims walk work_queue_ready_idx (created, batch_order); claims
+ * filtered by queue walk work_queue_queue_ready_idx once per queue and
+ * merge the walks in (created, batch_order) order, so exactly the first
+ * max_items claimable rows of those queues are taken.  Walks start at the
+ * PGQ_HINT_READY bound (shmem.c), not at the left end of the index, where
+ * the entries of claimed rows pile up until VACUUM removes them.
+ *
+ * Jobs whose lease ran out are rare: one probe of work_queue_lease_idx
+ * (from the PGQ_HINT_LEASE bound up to now) decides whether the statement
+ * that steals (or fails, on their last try) them runs at all.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+#include "utils/uuid.h"
+
+#include "pgqueue.h"
+
+static SPIPlanPtr plan_claim_stolen[2] = {NULL, NULL};
+static SPIPlanPtr plan_next_expiry = NULL;
+
+/* One index walk: its scan and the ready row it stands on. */
+typedef struct ReadyWalk
+{
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		valid;			/* slot holds a ready row */
+	TimestampTz created;
+	int32		batch_order;
+} ReadyWalk;
+
+/* What one claim call needs through its attempts. */
+typedef struct ClaimCall
+{
+	ReturnSetInfo *rsinfo;
+	text	   *key;
+	int			max_items;
+	Datum		lease;			/* interval */
+	ArrayType  *queues;			/* NULL: every queue */
+} ClaimCall;
+
+/* Arguments of pgq_lease_build: the new lease of a claimed row. */
+typedef struct LeaseArgs
+{
+	text	   *key;
+	TimestampTz now;
+	TimestampTz deadline;
+	bool		count_try;		/* bump tries too (1.1 work_queue, 1.0 job) */
+} LeaseArgs;
+
+/* ----------------------------------------------------------------
+ * Stealing expired leases (SQL: rare, and it joins three tables)
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Jobs whose lease ran out, oldest deadline first ($4 the queues filter, $5
+ * the claim time, $6 the lease bound, $2 how many).  Those on their last try
+ * are failed (their work_queue row goes, the job stays as 'failed' with
+ * last_error saying so); the others are claimed for $1 under lease $3.  The
+ * result always has at least one row, carrying the number failed, with a
+ * NULL id when nothing was claimed.
+ *
+ * Rows are updated through "id = ANY (ARRAY(...))", not a join with a CTE:
+ * the planner cannot know how few rows a CTE holds and may choose a hash
+ * join over a sequential scan of the table; the array always probes the
+ * primary key.
+ *
+ * Two layouts (pgq_layout): in 1.0 the attempt count and version are the
+ * job row's, in 1.1 the work_queue row's while the job is there.
+ */
+#define CLAIM_STOLEN_EXPIRED(COLUMNS) \
+"WITH e AS (" \
+"  SELECT w.id, w.queue, w.lock_key AS old_key" COLUMNS \
+"    FROM pgqueue.work_queue w" \
+"   WHERE w.lock_timeout < $5 AND w.lock_timeout >= $6" \
+"     AND ($4::text[] IS NULL OR w.queue = ANY ($4::text[]))" \
+"   ORDER BY w.lock_timeout" \
+"   LIMIT $2" \
+"     FOR UPDATE OF w SKIP LOCKED),"
+
+#define CLAIM_STOLEN_RESULT \
+" SELECT x.id, x.queue, x.payload, x.tries, x.version, x.lock_timeout, f.n AS failed" \
+"   FROM (SELECT count(*) AS n FROM dq) f" \
+"   LEFT JOIN x ON true" \
+"  ORDER BY x.created, x.batch_order"
+
+static const char *const claim_stolen_sql[2] = {
+	/* 1.0 */
+	CLAIM_STOLEN_EXPIRED("")
+	" j AS ("
+	"  SELECT e.id, e.old_key, q.tries, q.max_tries, q.tries >= q.max_tries AS last_try"
+	"    FROM e CROSS JOIN LATERAL ("
+	"         SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s"
+	"                                    WHERE s.queue = q.queue), 5) AS max_tries"
+	"           FROM pgqueue.queue q WHERE q.id = e.id LIMIT 1) q),"
+	" dw AS ("
+	"  DELETE FROM pgqueue.work_queue w"
+	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE j.last_try))"
+	"  RETURNING w.id),"
+	" dq AS ("
+	"  UPDATE pgqueue.queue q"
+	"     SET state = 'failed', version = q.version + 1,"
+	"         last_error = (SELECT pg_catalog.format('lease of %s expired on try %s of %s',"
+	"                                                j.old_key, j.tries, j.max_tries)"
+	"                         FROM j WHERE j.id = q.id)"
+	"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw))"
+	"  RETURNING q.id),"
+	" c AS (SELECT j.id FROM j WHERE NOT j.last_try),"
+	" cj AS ("
+	"  UPDATE pgqueue.queue q SET tries = q.tries + 1, version = q.version + 1"
+	"   WHERE q.id = ANY (ARRAY(SELECT c.id FROM c))"
+	"  RETURNING q.id, q.queue, q.payload, q.tries, q.version),"
+	" cw AS ("
+	"  UPDATE pgqueue.work_queue w"
+	"     SET lock_key = $1, started = $5, lock_timeout = $5 + $3,"
+	"         version = w.version + 1"
+	"   WHERE w.id = ANY (ARRAY(SELECT c.id FROM c))"
+	"  RETURNING w.id, w.lock_timeout, w.created, w.batch_order),"
+	" x AS (SELECT cj.id, cj.queue, cj.payload, cj.tries, cj.version,"
+	"              cw.lock_timeout, cw.created, cw.batch_order"
+	"         FROM cj JOIN cw ON cw.id = cj.id)"
+	CLAIM_STOLEN_RESULT,
+
+	/* 1.1 */
+	CLAIM_STOLEN_EXPIRED(", w.tries, w.version")
+	" j AS ("
+	"  SELECT e.id, e.old_key, e.tries, e.version, coalesce(s.max_tries, 5) AS max_tries,"
+	"         e.tries >= coalesce(s.max_tries, 5) AS last_try"
+	"    FROM e LEFT JOIN pgqueue.queues s ON s.queue = e.queue),"
+	" dw AS ("
+	"  DELETE FROM pgqueue.work_queue w"
+	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE j.last_try))"
+	"  RETURNING w.id),"
+	" dq AS ("
+	"  UPDATE pgqueue.queue q"
+	"     SET state = 'failed', tries = j.tries, version = j.version + 1,"
+	"         last_error = pg_catalog.format('lease of %s expired on try %s of %s',"
+	"                                        j.old_key, j.tries, j.max_tries)"
+	"    FROM j"
+	"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw)) AND j.id = q.id"
+	"  RETURNING q.id),"
+	" cw AS ("
+	"  UPDATE pgqueue.work_queue w"
+	"     SET lock_key = $1, started = $5, lock_timeout = $5 + $3,"
+	"         version = w.version + 1, tries = w.tries + 1"
+	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE NOT j.last_try))"
+	"  RETURNING w.id, w.tries, w.version, w.lock_timeout, w.created, w.batch_order),"
+	" x AS (SELECT cw.id, q.queue, q.payload, cw.tries, cw.version,"
+	"              cw.lock_timeout, cw.created, cw.batch_order"
+	"         FROM cw JOIN pgqueue.queue q ON q.id = cw.id)"
+	CLAIM_STOLEN_RESULT
+};
+
+/*
+ * Copy the rows of the steal statement into the result set; returns how
+ * many jobs it holds, adds the number failed to *failed and lowers
+ * *min_lease to the earliest lease deadline it set.
+ */
+static int
+pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed, TimestampTz *min_lease)
+{
+	int			n = 0;
+	uint64		i;
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		Datum		values[6];
+		bool		isnull[6];
+		bool		fnull;
+		int			col;
+
+		if (i == 0)
+			*failed += DatumGetInt64(SPI_getbinval(tup, desc, 7, &fnull));
+		for (col = 0; col < 6; col++)
+			values[col] = SPI_getbinval(tup, desc, col + 1, &isnull[col]);
+		if (isnull[0])
+			continue;			/* the row that only counts the failed */
+		if (!isnull[5] && DatumGetTimestampTz(values[5]) < *min_lease)
+			*min_lease = DatumGetTimestampTz(values[5]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * The earliest lease deadline in [from, now) of pgqueue.work_queue, as w's
+ * snapshot sees it; *found is false when there is none.  One probe of
+ * work_queue_lease_idx, which every claim makes and which almost always
+ * finds nothing.
+ */
+static TimestampTz
+pgq_first_expired(PgqWrite *w, TimestampTz from, TimestampTz now, bool *found)
+{
+	PgqTable   *t = &w->work;
+	Relation	idx = index_open(pgq_relid(RelationGetNamespace(t->rel), "work_queue_lease_idx"),
+								 AccessShareLock);
+	IndexScanDesc scan;
+	ScanKeyData keys[2];
+	TimestampTz result = 0;
+
+	*found = false;
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
+						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+						   TimestampTzGetDatum(from));
+	ScanKeyEntryInitialize(&keys[1], 0, 1, BTLessStrategyNumber,
+						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_LT,
+						   TimestampTzGetDatum(now));
+	scan = index_beginscan(t->rel, idx, w->snapshot, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+
+	/* the heap version is re-checked: the entry may lead through a HOT chain */
+	while (index_getnext_slot(scan, ForwardScanDirection, t->found))
+	{
+		bool		isnull;
+		TimestampTz ts = DatumGetTimestampTz(pgq_get(t, t->found, PGQ_COL_LOCK_TIMEOUT,
+													 &isnull));
+
+		if (!isnull && ts >= from && ts < now)
+		{
+			result = ts;
+			*found = true;
+			break;
+		}
+	}
+	ExecClearTuple(t->found);
+	index_endscan(scan);
+	index_close(idx, NoLock);
+	return result;
+}
+
+/* ----------------------------------------------------------------
+ * Never-claimed rows: the walk
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Advance a walk to the next row its snapshot sees as ready.  The index is
+ * partial on "lock_timeout IS NULL", but an entry can lead through a HOT
+ * chain to a version that is no longer ready, so the column is re-checked.
+ */
+static void
+pgq_walk_next(ReadyWalk *w, PgqTable *t)
+{
+	while (index_getnext_slot(w->scan, ForwardScanDirection, w->slot))
+	{
+		bool		isnull;
+
+		(void) pgq_get(t, w->slot, PGQ_COL_LOCK_TIMEOUT, &isnull);
+		if (!isnull)
+			continue;
+		w->created = DatumGetTimestampTz(pgq_get(t, w->slot, PGQ_COL_CREATED, &isnull));
+		w->batch_order = DatumGetInt32(pgq_get(t, w->slot, PGQ_COL_BATCH_ORDER, &isnull));
+		w->valid = true;
+		return;
+	}
+	w->valid = false;
+}
+
+/*
+ * Lock up to max_items never-claimed (or released) rows of
+ * pgqueue.work_queue, of the given queues when queues is not NULL, in
+ * scheduling order, and put their tids into tids[]; returns how many.  The
+ * rows stay locked until the transaction ends.  Takes w's snapshot anew,
+ * after reading the PGQ_HINT_READY bound (see shmem.c).
+ */
+static int
+pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *tids)
+{
+	PgqTable   *t = &w->work;
+	Relation	idx;
+	ReadyWalk  *walks;
+	int			nwalks = 0;
+	int			ntids = 0;
+	int			i;
+	TimestampTz bound;
+	uint64		epoch;
+	bool		hinted;
+	TimestampTz stop = DT_NOEND;	/* created of the first row not passed */
+	ScanKeyData keys[2];
+
+	idx = index_open(pgq_relid(RelationGetNamespace(t->rel),
+							   queues ? "work_queue_queue_ready_idx" : "work_queue_ready_idx"),
+					 AccessShareLock);
+
+	/* the bound is read before the snapshot is taken (see shmem.c) */
+	hinted = pgq_hint_get(PGQ_HINT_READY, &bound, &epoch, queues == NULL);
+	pgq_write_new_snapshot(w);
+
+	if (queues == NULL)
+	{
+		ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
+							   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+							   TimestampTzGetDatum(bound));
+		walks = palloc0(sizeof(ReadyWalk));
+		walks[0].scan = index_beginscan(t->rel, idx, w->snapshot, hinted ? 1 : 0, 0);
+		index_rescan(walks[0].scan, keys, hinted ? 1 : 0, NULL, 0);
+		nwalks = 1;
+	}
+	else
+	{
+		Datum	   *names;
+		bool	   *nulls;
+		int			nnames;
+
+		deconstruct_array(queues, TEXTOID, -1, false, TYPALIGN_INT,
+						  &names, &nulls, &nnames);
+		walks = palloc0(sizeof(ReadyWalk) * nnames);
+		for (i = 0; i < nnames; i++)
+		{
+			int			j;
+			bool		dup = false;
+
+			/* the caller rejected NULL elements; skip repeated names */
+			for (j = 0; j < i && !dup; j++)
+				dup = DatumGetBool(DirectFunctionCall2Coll(texteq,
+														  idx->rd_indcollation[0],
+														  names[i], names[j]));
+			if (dup)
+				continue;
+			ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber,
+								   InvalidOid, idx->rd_indcollation[0],
+								   F_TEXTEQ, names[i]);
+			ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterEqualStrategyNumber,
+								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+								   TimestampTzGetDatum(bound));
+			walks[nwalks].scan = index_beginscan(t->rel, idx, w->snapshot, hinted ? 2 : 1, 0);
+			index_rescan(walks[nwalks].scan, keys, hinted ? 2 : 1, NULL, 0);
+			nwalks++;
+		}
+	}
+
+	for (i = 0; i < nwalks; i++)
+	{
+		walks[i].slot = table_slot_create(t->rel, NULL);
+		pgq_walk_next(&walks[i], t);
+	}
+
+	while (ntids < max_items)
+	{
+		ReadyWalk  *best = NULL;
+		TM_FailureData tmfd;
+		TM_Result	res;
+
+		for (i = 0; i < nwalks; i++)
+		{
+			ReadyWalk  *rw = &walks[i];
+
+			if (rw->valid &&
+				(best == NULL || rw->created < best->created ||
+				 (rw->created == best->created && rw->batch_order < best->batch_order)))
+				best = rw;
+		}
+		if (best == NULL)
+			break;
+
+		/* the version we saw, or nothing: never follow it to a newer one */
+		res = table_tuple_lock(t->rel, &best->slot->tts_tid, w->snapshot, t->found,
+							   w->cid, LockTupleExclusive, LockWaitSkip, 0, &tmfd);
+
+		/*
+		 * Rows changed since the snapshot (TM_Updated, TM_Deleted: claimed,
+		 * gone) may be passed; a row taken here or held by another
+		 * transaction may not.
+		 */
+		if (res != TM_Updated && res != TM_Deleted && stop == DT_NOEND)
+			stop = best->created;
+		if (res == TM_Ok)
+			tids[ntids++] = t->found->tts_tid;
+		pgq_walk_next(best, t);
+	}
+	ExecClearTuple(t->found);
+
+	/*
+	 * Every row before "stop" is claimed or gone as of the snapshot; when the
+	 * walk ran out, every row is (later scheduling passes lower the bound).
+	 */
+	if (queues == NULL)
+		pgq_hint_set(PGQ_HINT_READY, stop, epoch, !hinted);
+
+	for (i = 0; i < nwalks; i++)
+	{
+		ExecDropSingleTupleTableSlot(walks[i].slot);
+		index_endscan(walks[i].scan);
+	}
+	index_close(idx, NoLock);
+	return ntids;
+}
+
+/* ----------------------------------------------------------------
+ * Leasing the rows locked
+ * ----------------------------------------------------------------
+ */
+
+/* The work_queue row under its new lease (and, in 1.1, one more try). */
+static void
+pgq_lease_build(PgqTable *t, void *arg)
+{
+	LeaseArgs  *a = (LeaseArgs *) arg;
+	bool		isnull;
+	int32		version = DatumGetInt32(pgq_get(t, t->found, PGQ_COL_VERSION, &isnull));
+
+	pgq_set(t, PGQ_COL_LOCK_KEY, PointerGetDatum(a->key), false);
+	pgq_set(t, PGQ_COL_STARTED, TimestampTzGetDatum(a->now), false);
+	pgq_set(t, PGQ_COL_LOCK_TIMEOUT, TimestampTzGetDatum(a->deadline), false);
+	pgq_set(t, PGQ_COL_VERSION, Int32GetDatum(version + 1), false);
+	if (a->count_try)
+	{
+		int32		tries = DatumGetInt32(pgq_get(t, t->found, PGQ_COL_TRIES, &isnull));
+
+		pgq_set(t, PGQ_COL_TRIES, Int32GetDatum(tries + 1), false);
+	}
+}
+
+/* 1.0: the job row counts the try. */
+static void
+pgq_count_try_build(PgqTable *t, void *arg)
+{
+	bool		isnull;
+	int32		tries = DatumGetInt32(pgq_get(t, t->found, PGQ_COL_TRIES, &isnull));
+	int32		version = DatumGetInt32(pgq_get(t, t->found, PGQ_COL_VERSION, &isnull));
+
+	pgq_set(t, PGQ_COL_TRIES, Int32GetDatum(tries + 1), false);
+	pgq_set(t, PGQ_COL_VERSION, Int32GetDatum(version + 1), false);
+}
+
+/*
+ * Lease the locked work_queue rows at tids[0 .. n-1] to c->key and put
+ * their jobs into the result set in that order; returns how many.  A row
+ * whose job is gone (removed behind the API's back: there is no foreign
+ * key) is deleted instead.  Lowers *min_lease to the earliest deadline set.
+ */
+static int
+pgq_lease_rows(PgqWrite *w, ClaimCall *c, ItemPointerData *tids, int n,
+			   TimestampTz now, TimestampTz *min_lease)
+{
+	PgqTable   *work = &w->work;
+	PgqTable   *job = pgq_write_job(w);
+	LeaseArgs	a;
+	int			done = 0;
+	int			i;
+	static const PgqCol work_changes[] = {PGQ_COL_LOCK_KEY, PGQ_COL_STARTED,
+	PGQ_COL_LOCK_TIMEOUT, PGQ_COL_VERSION, PGQ_COL_TRIES};
+	static const PgqCol job_changes[] = {PGQ_COL_TRIES, PGQ_COL_VERSION};
+
+	a.key = c->key;
+	a.now = now;
+	a.deadline = pgq_deadline(now, c->lease);
+	a.count_try = (w->layout == PGQ_V11);
+	pgq_write_changes(w, work, work_changes, lengthof(work_changes));
+	if (w->layout == PGQ_V10)
+		pgq_write_changes(w, job, job_changes, lengthof(job_changes));
+
+	for (i = 0; i < n; i++)
+	{
+		Datum		values[6];
+		bool		isnull[6];
+		Datum		id;
+		PgqTable   *counted;
+		bool		fnull;
+
+		/* the version locked by pgq_lock_ready, still ours */
+		if (!table_tuple_fetch_row_version(work->rel, &tids[i], SnapshotAny, work->found))
+			elog(ERROR, "locked row of \"pgqueue.work_queue\" is missing");
+		id = pgq_get(work, work->found, PGQ_COL_ID, &fnull);
+		if (!pgq_find(w, job, id))
+		{
+			(void) pgq_delete_found(w, work, NULL, NULL);
+			continue;
+		}
+		if (!pgq_update_found(w, work, NULL, pgq_lease_build, &a))
+			elog(ERROR, "could not lease a locked row of \"pgqueue.work_queue\"");
+		counted = work;
+		if (w->layout == PGQ_V10)
+		{
+			if (!pgq_update_found(w, job, NULL, pgq_count_try_build, NULL))
+				continue;
+			counted = job;
+		}
+
+		/* id, queue, payload; tries, version; lock_timeout */
+		values[0] = id;
+		isnull[0] = false;
+		values[1] = pgq_get(job, job->found, PGQ_COL_QUEUE, &isnull[1]);
+		values[2] = pgq_get(job, job->found, PGQ_COL_PAYLOAD, &isnull[2]);
+		values[3] = pgq_get(counted, counted->next, PGQ_COL_TRIES, &isnull[3]);
+		values[4] = pgq_get(counted, counted->next, PGQ_COL_VERSION, &isnull[4]);
+		values[5] = TimestampTzGetDatum(a.deadline);
+		isnull[5] = false;
+		tuplestore_putvalues(c->rsinfo->setResult, c->rsinfo->setDesc, values, isnull);
+		done++;
+	}
+	if (done > 0 && a.deadline < *min_lease)
+		*min_lease = a.deadline;
+	return done;
+}
+
+/* ----------------------------------------------------------------
+ * A claim
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * One claim attempt: steal expired leases first, then take never-claimed
+ * rows.  When nothing was claimable and next_expiry is not NULL, sets
+ * *next_expiry to the earliest live lease deadline of the claim's queues
+ * (or 0 when there is none), so that a waiting claim knows when a steal
+ * becomes possible.
+ */
+static int
+pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
+{
+	PgqWrite	w;
+	Oid			types[6] = {TEXTOID, INT4OID, INTERVALOID, TEXTARRAYOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID};
+	Datum		a[6];
+	char		n[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	int64		failed = 0;
+	int			stolen = 0;
+	int			fresh = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz lease_bound;
+	TimestampTz min_lease = DT_NOEND;
+	uint64		lease_epoch;
+	bool		lease_hinted;
+	TimestampTz deadline;
+	bool		expired;
+
+	pgq_write_begin(&w, "pgq_claim", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
+
+	/*
+	 * Expired leases: the bound is read before the probe's snapshot; it
+	 * moves up to the first expired lease, or to now when there is none (see
+	 * shmem.c).
+	 */
+	lease_hinted = pgq_hint_get(PGQ_HINT_LEASE, &lease_bound, &lease_epoch, true);
+	pgq_write_new_snapshot(&w);
+	deadline = pgq_first_expired(&w, lease_bound, now, &expired);
+	pgq_hint_set(PGQ_HINT_LEASE, expired ? deadline : now, lease_epoch, !lease_hinted);
+
+	/*
+	 * Jobs failed on their last try do not fill the claim: while some were
+	 * failed and there is room, look for more expired leases.
+	 */
+	if (expired)
+	{
+		/* $1 lock_key, $2 how many, $3 lease, $4 queues, $5 now, $6 bound */
+		a[0] = PointerGetDatum(c->key);
+		a[2] = c->lease;
+		a[3] = c->queues ? PointerGetDatum(c->queues) : (Datum) 0;
+		n[3] = c->queues ? ' ' : 'n';
+		a[4] = TimestampTzGetDatum(now);
+		a[5] = TimestampTzGetDatum(deadline);
+		SPI_connect();
+		for (;;)
+		{
+			int64		failed_before = failed;
+
+			a[1] = Int32GetDatum(c->max_items - stolen);
+			if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen[w.layout],
+											   claim_stolen_sql[w.layout], 6, types),
+								 a, n, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "claim of expired leases failed");
+			stolen += pgq_claim_put(c->rsinfo, &failed, &min_lease);
+			if (failed == failed_before || stolen >= c->max_items)
+				break;
+		}
+		SPI_finish();
+	}
+
+	if (stolen < c->max_items)
+	{
+		ItemPointerData *tids = palloc(sizeof(ItemPointerData) * (c->max_items - stolen));
+		int			ntids = pgq_lock_ready(&w, c->max_items - stolen, c->queues, tids);
+
+		if (ntids > 0)
+			fresh = pgq_lease_rows(&w, c, tids, ntids, now, &min_lease);
+	}
+	pgq_write_end(&w);
+
+	if (stolen + fresh == 0 && next_expiry != NULL)
+	{
+		Datum		d;
+		bool		isnull;
+		Datum		qa = c->queues ? PointerGetDatum(c->queues) : (Datum) 0;
+		char		qn = c->queues ? ' ' : 'n';
+
+		SPI_connect();
+		if (SPI_execute_plan(pgq_keep_plan(&plan_next_expiry,
+										   "SELECT min(w.lock_timeout) FROM pgqueue.work_queue w"
+										   " WHERE w.lock_timeout IS NOT NULL"
+										   "   AND ($1::text[] IS NULL OR w.queue = ANY ($1::text[]))",
+										   1, &types[3]),
+							 &qa, &qn, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "lease lookup failed");
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		*next_expiry = isnull ? 0 : DatumGetTimestampTz(d);
+		SPI_finish();
+	}
+
+	pgq_count(PGQ_CLAIMED, stolen + fresh);
+	pgq_count(PGQ_STOLEN, stolen);
+	pgq_count(PGQ_FAILED, failed);
+	if (stolen + fresh + failed > 0)
+		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
+	if (stolen + fresh > 0)
+	{
+		pgq_hint_lower_at_commit(PGQ_HINT_LEASE, min_lease);
+		pgq_hint_hold();
+	}
+	return stolen + fresh;
+}
+
+/*
+ * Claim up to max_items jobs for key under lease (an interval), of the given
+ * queues (NULL: all), into rsinfo's result set.  With wait_until later than
+ * now and nothing to claim, sleep until work arrives (pgq_wait_for_work) or
+ * wait_until.  Waiting needs a fresh snapshot for each try, so it only
+ * happens under READ COMMITTED.
+ */
+void
+pgq_claim_jobs(ReturnSetInfo *rsinfo, text *key, int max_items, Datum lease,
+			   ArrayType *queues, TimestampTz wait_until)
+{
+	ClaimCall	c;
+
+	c.rsinfo = rsinfo;
+	c.key = key;
+	c.max_items = max_items;
+	c.lease = lease;
+	c.queues = queues;
+
+	if (wait_until <= GetCurrentTimestamp() || IsolationUsesXactSnapshot())
+	{
+		pgq_claim_once(&c, NULL);
+		return;
+	}
+
+	/*
+	 * Wait for work: get on the condition variable's list before each look,
+	 * so that a wake-up between the look and the sleep is not lost.
+	 */
+	pgq_prepare_wait(queues != NULL);
+	PG_TRY();
+	{
+		for (;;)
+		{
+			TimestampTz next_expiry = 0;
+			TimestampTz now;
+			TimestampTz until;
+
+			if (pgq_claim_once(&c, &next_expiry) > 0)
+				break;
+			now = GetCurrentTimestamp();
+			if (now >= wait_until)
+				break;
+
+			/*
+			 * Sleep until new work is published, the next lease of our
+			 * queues runs out (1 ms late, so that it has), or the deadline.
+			 */
+			until = wait_until;
+			if (next_expiry > now && next_expiry + 1000 < until)
+				until = next_expiry + 1000;
+			pgq_wait_for_work(until);
+		}
+	}
+	PG_FINALLY();
+	{
+		pgq_end_wait(queues != NULL);
+	}
+	PG_END_TRY();
+}

@@ -1,0 +1,450 @@
+/*-------------------------------------------------------------------------
+ *
+ * tables.c
+ *		Direct access to pgqueue's tables for the per-job calls (push,
+ *		claim, extend, ack, nack): find a row by its primary key and insert,
+ *		update or delete it through the table access method, as logical
+ *		replication's apply worker does (execReplication.c), without
+ *		planning or starting an executor for an SQL statement.
+ *
+ * A call is a few primary-key probes and row writes; through SPI each of
+ * them cost a plan-cache lookup and an executor start-up larger than the
+ * work itself.
+ *
+ * The writes behave as the SQL statements they replace ("DELETE ... WHERE
+ * id = $1 AND lock_key = $2" and the like): a row is found with a new
+ * snapshot of the statement (the transaction's own changes included); if
+ * another transaction changed it meanwhile, under READ COMMITTED the
+ * latest version is locked and the caller's condition checked again on it
+ * (what EvalPlanQual does), under REPEATABLE READ and SERIALIZABLE the call
+ * fails with a serialization error.  Index entries are made for the new
+ * version when the update is not HOT; predicate locks and serialization
+ * conflicts are taken by the access methods, as for SQL.
+ *
+ * What SQL would do and this does not: fire triggers.  pgqueue's tables
+ * carry none (1.0's foreign key triggers aside, which have nothing to do
+ * after the API removed both rows of a job), and triggers added to them by
+ * hand are not run by these calls.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "pgqueue.h"
+
+/* Column names by PgqCol; a table has a subset of them. */
+static const char *const pgq_col_names[PGQ_NUM_COLS] = {
+	"id", "queue", "created", "version", "tries", "state", "priority",
+	"run_after", "payload", "dedup_key", "last_error", "batch_order",
+	"started", "lock_key", "lock_timeout"
+};
+
+static void pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti,
+						   LOCKMODE lockmode);
+static void pgq_table_close(PgqTable *t);
+static bool pgq_write_result(PgqWrite *w, PgqTable *t, TM_Result res,
+							 TM_FailureData *tmfd, const char *what);
+
+/*
+ * Open the table and its indexes for writing (range table index rti of
+ * w's executor state) and look up its columns.
+ */
+static void
+pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode)
+{
+	TupleDesc	desc;
+	int			c;
+	int			i;
+
+	t->rel = table_open(relid, lockmode);
+	desc = RelationGetDescr(t->rel);
+	for (c = 0; c < PGQ_NUM_COLS; c++)
+	{
+		t->att[c] = InvalidAttrNumber;
+		for (i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute a = TupleDescAttr(desc, i);
+
+			if (!a->attisdropped && strcmp(NameStr(a->attname), pgq_col_names[c]) == 0)
+			{
+				t->att[c] = a->attnum;
+				break;
+			}
+		}
+	}
+	if (t->att[PGQ_COL_ID] == InvalidAttrNumber ||
+		!OidIsValid(RelationGetPrimaryKeyIndex(t->rel)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("relation \"pgqueue.%s\" has no primary key on id",
+						RelationGetRelationName(t->rel)),
+				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
+	t->pkey = index_open(RelationGetPrimaryKeyIndex(t->rel), lockmode);
+
+	t->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(t->rri, t->rel, rti, NULL, 0);
+	if (lockmode == RowExclusiveLock)
+		ExecOpenIndices(t->rri, false);
+	t->found = table_slot_create(t->rel, &w->estate->es_tupleTable);
+	t->next = table_slot_create(t->rel, &w->estate->es_tupleTable);
+	t->is_open = true;
+}
+
+static void
+pgq_table_close(PgqTable *t)
+{
+	if (!t->is_open)
+		return;
+	ExecCloseIndices(t->rri);
+	index_close(t->pkey, NoLock);
+	table_close(t->rel, NoLock);
+	t->is_open = false;
+}
+
+/*
+ * Begin a call that writes pgqueue's tables: fn names the SQL function (for
+ * the read-only error); open (PGQ_OPEN_WORK, PGQ_OPEN_JOB) says which
+ * tables to open now (pgq_write_job opens pgqueue.queue later on demand).
+ * With work_queue open, w->layout tells 1.0 from 1.1.  Tables are opened
+ * ROW EXCLUSIVE, so an ALTER EXTENSION ... UPDATE in progress is waited for
+ * and its layout seen.
+ */
+void
+pgq_write_begin(PgqWrite *w, const char *fn, int open)
+{
+	Oid			nsp;
+	RangeTblEntry *rte[2];
+	int			i;
+
+	PreventCommandIfReadOnly(fn);
+	PreventCommandIfParallelMode(fn);
+
+	memset(w, 0, sizeof(PgqWrite));
+	nsp = get_namespace_oid("pgqueue", false);
+	w->work_relid = pgq_relid(nsp, "work_queue");
+	w->job_relid = pgq_relid(nsp, "queue");
+
+	/* the range table (1 work_queue, 2 queue) tells which columns change */
+	w->estate = CreateExecutorState();
+	for (i = 0; i < 2; i++)
+	{
+		rte[i] = makeNode(RangeTblEntry);
+		rte[i]->rtekind = RTE_RELATION;
+		rte[i]->relid = i == 0 ? w->work_relid : w->job_relid;
+		rte[i]->relkind = RELKIND_RELATION;
+		rte[i]->rellockmode = RowExclusiveLock;
+	}
+	ExecInitRangeTable(w->estate, list_make2(rte[0], rte[1]));
+
+	w->layout = PGQ_V11;
+	if (open & PGQ_OPEN_WORK)
+	{
+		pgq_table_open(w, &w->work, w->work_relid, 1, RowExclusiveLock);
+		if (w->work.att[PGQ_COL_TRIES] == InvalidAttrNumber)
+			w->layout = PGQ_V10;
+	}
+	if (open & PGQ_OPEN_JOB)
+		pgq_table_open(w, &w->job, w->job_relid, 2, RowExclusiveLock);
+
+	/* what a new statement would see: the transaction's changes so far */
+	CommandCounterIncrement();
+	w->cid = GetCurrentCommandId(true);
+	w->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	w->estate->es_snapshot = w->snapshot;
+	w->estate->es_output_cid = w->cid;
+}
+
+/*
+ * Take w's snapshot anew (after a bound was read, or SPI statements ran in
+ * between), seeing what the transaction did so far.
+ */
+void
+pgq_write_new_snapshot(PgqWrite *w)
+{
+	CommandCounterIncrement();
+	w->cid = GetCurrentCommandId(true);
+	UnregisterSnapshot(w->snapshot);
+	w->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	w->estate->es_snapshot = w->snapshot;
+	w->estate->es_output_cid = w->cid;
+}
+
+/* pgqueue.queue, opened now if pgq_write_begin did not. */
+PgqTable *
+pgq_write_job(PgqWrite *w)
+{
+	if (!w->job.is_open)
+		pgq_table_open(w, &w->job, w->job_relid, 2, RowExclusiveLock);
+	return &w->job;
+}
+
+/* End the call: close what pgq_write_begin opened. */
+void
+pgq_write_end(PgqWrite *w)
+{
+	pgq_table_close(&w->work);
+	pgq_table_close(&w->job);
+	ExecResetTupleTable(w->estate->es_tupleTable, false);
+	UnregisterSnapshot(w->snapshot);
+	FreeExecutorState(w->estate);
+}
+
+/*
+ * Tell the executor state which columns of t the next update changes (for
+ * the index AM's "unchanged by update" hint: bottom-up deletion of the
+ * duplicates that non-HOT updates leave in the primary key).
+ */
+void
+pgq_write_changes(PgqWrite *w, PgqTable *t, const PgqCol *cols, int ncols)
+{
+	RangeTblEntry *rte = exec_rt_fetch(t->rri->ri_RangeTableIndex, w->estate);
+	Bitmapset  *set = NULL;
+	int			i;
+
+	for (i = 0; i < ncols; i++)
+		if (t->att[cols[i]] != InvalidAttrNumber)
+			set = bms_add_member(set, t->att[cols[i]] - FirstLowInvalidHeapAttributeNumber);
+	rte->updatedCols = set;
+}
+
+/*
+ * Find the row of t whose id is the uuid id, as w's snapshot sees it, into
+ * t->found.  Returns false when there is none.
+ */
+bool
+pgq_find(PgqWrite *w, PgqTable *t, Datum id)
+{
+	IndexScanDesc scan;
+	ScanKeyData key;
+	bool		found;
+
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_UUID_EQ, id);
+	scan = index_beginscan(t->rel, t->pkey, w->snapshot, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, t->found);
+	index_endscan(scan);
+	if (!found)
+		ExecClearTuple(t->found);
+	return found;
+}
+
+/*
+ * Deal with a write that found the row changed by another transaction
+ * (res, as returned by table_tuple_update/delete for t->found).  Under READ
+ * COMMITTED the latest version is locked into t->found (returns true: the
+ * caller checks its condition again and retries) or is gone (false).
+ * Otherwise a serialization error, as SQL raises.
+ */
+static bool
+pgq_write_result(PgqWrite *w, PgqTable *t, TM_Result res, TM_FailureData *tmfd,
+				 const char *what)
+{
+	switch (res)
+	{
+		case TM_Updated:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			res = table_tuple_lock(t->rel, &t->found->tts_tid, w->snapshot,
+								   t->found, w->cid, LockTupleExclusive,
+								   LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+								   tmfd);
+			if (res == TM_Ok)
+				return true;
+			if (res == TM_Deleted)
+				return false;
+			break;
+		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent delete")));
+			return false;
+		case TM_SelfModified:
+			/* changed by this very call (as by a statement, for itself) */
+			if (tmfd->cmax == w->cid)
+				return false;
+			break;
+		default:
+			break;
+	}
+	elog(ERROR, "unexpected result %d of %s of a row of \"pgqueue.%s\"",
+		 (int) res, what, RelationGetRelationName(t->rel));
+	return false;				/* keep compiler quiet */
+}
+
+/*
+ * Delete the row in t->found if check(t->found, arg) (NULL: always).  A row
+ * changed meanwhile is checked again in its latest version (see above).
+ * Returns whether a row was deleted; t->found holds it then.
+ */
+bool
+pgq_delete_found(PgqWrite *w, PgqTable *t, PgqRowCheck check, void *arg)
+{
+	for (;;)
+	{
+		TM_FailureData tmfd;
+		TM_Result	res;
+
+		if (check != NULL && !check(t, arg))
+			return false;
+		res = table_tuple_delete(t->rel, &t->found->tts_tid, w->cid, w->snapshot,
+								 InvalidSnapshot, true, &tmfd, false);
+		if (res == TM_Ok)
+			return true;
+		if (!pgq_write_result(w, t, res, &tmfd, "delete"))
+			return false;
+	}
+}
+
+/*
+ * Update the row in t->found if check(t->found, arg) (NULL: always) to the
+ * version build(t, arg) puts into t->next (starting from a copy of
+ * t->found's values in t->next's tts_values/tts_isnull, which it changes
+ * and then stores with ExecStoreVirtualTuple).  Columns changed must have
+ * been named with pgq_write_changes.  A row changed meanwhile is checked
+ * and built again from its latest version.  Returns whether the row was
+ * updated; t->next then holds the new version (with its tid).
+ */
+bool
+pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
+				 PgqRowBuild build, void *arg)
+{
+	for (;;)
+	{
+		TM_FailureData tmfd;
+		TM_Result	res;
+		LockTupleMode lockmode;
+		bool		update_indexes;
+		int			natts = RelationGetDescr(t->rel)->natts;
+
+		if (check != NULL && !check(t, arg))
+			return false;
+		slot_getallattrs(t->found);
+		ExecClearTuple(t->next);
+		memcpy(t->next->tts_values, t->found->tts_values, sizeof(Datum) * natts);
+		memcpy(t->next->tts_isnull, t->found->tts_isnull, sizeof(bool) * natts);
+		build(t, arg);
+
+		res = table_tuple_update(t->rel, &t->found->tts_tid, t->next, w->cid,
+								 w->snapshot, InvalidSnapshot, true, &tmfd,
+								 &lockmode, &update_indexes);
+		if (res == TM_Ok)
+		{
+			if (update_indexes && t->rri->ri_NumIndices > 0)
+				list_free(ExecInsertIndexTuples(t->rri, t->next, w->estate,
+												true, false, NULL, NIL));
+			return true;
+		}
+		if (!pgq_write_result(w, t, res, &tmfd, "update"))
+			return false;
+	}
+}
+
+/*
+ * Insert a row into t with the given values (by attribute number - 1) and
+ * make its index entries.  Unique violations are raised as by SQL.
+ */
+void
+pgq_insert(PgqWrite *w, PgqTable *t, Datum *values, bool *isnull)
+{
+	int			natts = RelationGetDescr(t->rel)->natts;
+
+	ExecClearTuple(t->next);
+	memcpy(t->next->tts_values, values, sizeof(Datum) * natts);
+	memcpy(t->next->tts_isnull, isnull, sizeof(bool) * natts);
+	ExecStoreVirtualTuple(t->next);
+	if (RelationGetDescr(t->rel)->constr)
+		ExecConstraints(t->rri, t->next, w->estate);
+	table_tuple_insert(t->rel, t->next, w->cid, 0, NULL);
+	if (t->rri->ri_NumIndices > 0)
+		list_free(ExecInsertIndexTuples(t->rri, t->next, w->estate,
+										false, false, NULL, NIL));
+}
+
+/* Value of column c of the row in slot (which must belong to t). */
+Datum
+pgq_get(PgqTable *t, TupleTableSlot *slot, PgqCol c, bool *isnull)
+{
+	if (t->att[c] == InvalidAttrNumber)
+	{
+		*isnull = true;
+		return (Datum) 0;
+	}
+	return slot_getattr(slot, t->att[c], isnull);
+}
+
+/* Set column c of the row being built in t->next (see pgq_update_found). */
+void
+pgq_set(PgqTable *t, PgqCol c, Datum value, bool isnull)
+{
+	if (t->att[c] == InvalidAttrNumber)
+		elog(ERROR, "column %s of \"pgqueue.%s\" is missing",
+			 pgq_col_names[c], RelationGetRelationName(t->rel));
+	t->next->tts_values[t->att[c] - 1] = value;
+	t->next->tts_isnull[t->att[c] - 1] = isnull;
+}
+
+/* Whether the text column c of the row in t->found equals key. */
+bool
+pgq_text_equals(PgqTable *t, PgqCol c, text *key)
+{
+	bool		isnull;
+	Datum		d = pgq_get(t, t->found, c, &isnull);
+
+	if (isnull)
+		return false;
+	return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID,
+												d, PointerGetDatum(key)));
+}
+
+/*
+ * The value of the job state label (pending, retry, scheduled, failed) for
+ * the state column of t (an enum type of the extension's).
+ */
+Datum
+pgq_state_datum(PgqTable *t, const char *label)
+{
+	Oid			typid;
+
+	if (t->att[PGQ_COL_STATE] == InvalidAttrNumber)
+		elog(ERROR, "column state of \"pgqueue.%s\" is missing",
+			 RelationGetRelationName(t->rel));
+	typid = TupleDescAttr(RelationGetDescr(t->rel), t->att[PGQ_COL_STATE] - 1)->atttypid;
+	return DirectFunctionCall2(enum_in, CStringGetDatum(label), ObjectIdGetDatum(typid));
+}
+
+/*
+ * The relation pgqueue.name (nsp: pgqueue's namespace); a clear error when
+ * it is missing.
+ */
+Oid
+pgq_relid(Oid nsp, const char *name)
+{
+	Oid			relid = get_relname_relid(name, nsp);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"pgqueue.%s\" does not exist", name),
+				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
+	return relid;
+}
