@@ -8,6 +8,8 @@ OBJS = \
 	src/schedule.o \
 	src/worker.o \
 	src/shmem.o \
+	src/publish.o \
+	src/bounds.o \
 	src/tables.o \
 	src/uuid7.o
 EXTENSION = pgqueue

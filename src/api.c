@@ -364,9 +364,11 @@ pgq_queues_arg(FunctionCallInfo fcinfo, int argno)
 static void
 pgq_push_lower_at_commit(FunctionCallInfo fcinfo)
 {
-	pgq_sched_lower_at_commit(-(int64) PG_GETARG_INT32(3),
-							  PG_ARGISNULL(2) ? GetCurrentTransactionStartTimestamp()
-							  : PG_GETARG_TIMESTAMPTZ(2));
+	PgqKey		k;
+
+	k.hi = -(int64) PG_GETARG_INT32(3);
+	k.lo = PG_ARGISNULL(2) ? GetCurrentTransactionStartTimestamp() : PG_GETARG_TIMESTAMPTZ(2);
+	pgq_bound_lower_at_commit(PGQ_BOUND_SCHED, k);
 }
 
 /*
@@ -692,7 +694,7 @@ pgq_nack(PG_FUNCTION_ARGS)
 /*
  * The statement of pgq_release: every work_queue row held by $1 is released
  * (claimable at once), or, on its last try, deleted and its job failed.
- * Returns how many of each.  In 1.1 the job rows of released jobs get their
+ * Returns how many of each, and the earliest created of the rows released.  In 1.1 the job rows of released jobs get their
  * attempt count and version back from work_queue too.
  */
 #define RELEASE_TAIL(TRIES, VERSION) \
@@ -700,7 +702,7 @@ pgq_nack(PG_FUNCTION_ARGS)
 "  UPDATE pgqueue.work_queue w" \
 "     SET lock_key = NULL, lock_timeout = NULL, started = NULL" \
 "   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE NOT r.last_try))" \
-"  RETURNING w.id)," \
+"  RETURNING w.id, w.created)," \
 " dw AS (" \
 "  DELETE FROM pgqueue.work_queue w" \
 "   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE r.last_try))" \
@@ -724,7 +726,8 @@ static const char *const release_sql[2] = {
 	"   WHERE w.lock_key = $1"
 	"     FOR UPDATE OF w),"
 	RELEASE_TAIL("q.tries", "q.version + 1")
-	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int",
+	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int,"
+	"        (SELECT min(rel.created) FROM rel)",
 
 	"WITH r AS ("
 	"  SELECT w.id, w.tries, w.version, coalesce(s.max_tries, 5) AS max_tries,"
@@ -737,7 +740,8 @@ static const char *const release_sql[2] = {
 	"  UPDATE pgqueue.queue q SET tries = r.tries, version = r.version"
 	"    FROM r"
 	"   WHERE q.id = ANY (ARRAY(SELECT rel.id FROM rel)) AND r.id = q.id)"
-	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int"
+	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int,"
+	"        (SELECT min(rel.created) FROM rel)"
 };
 
 /*
@@ -755,6 +759,7 @@ pgq_release(PG_FUNCTION_ARGS)
 	Datum		args[1];
 	int			released;
 	int			failed;
+	TimestampTz first = 0;
 	bool		isnull;
 	PgqLayout	layout;
 
@@ -767,13 +772,22 @@ pgq_release(PG_FUNCTION_ARGS)
 		elog(ERROR, "release failed");
 	released = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	failed = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (released > 0)
+		first = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 3, &isnull));
 	SPI_finish();
 
 	pgq_count(PGQ_FAILED, failed);
+	if (released + failed > 0)
+	{
+		/* work_queue rows changed: LEASE rows left, READY rows came (bounds.c) */
+		pgq_bound_hold(PGQ_BOUND_LEASE);
+		pgq_bound_hold(PGQ_BOUND_READY);
+	}
 	if (released > 0)
 	{
 		pgq_wake_at_commit(PGQ_WAKE_CLAIMERS | PGQ_WAKE_ON_ABORT);
-		pgq_hint_lower_at_commit(PGQ_HINT_READY, DT_NOBEGIN);
+		pgq_bound_lower_at_commit(PGQ_BOUND_READY, pgq_time_key(first));
 	}
 	if (failed > 0)
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);	/* places freed */

@@ -24,11 +24,11 @@
  * filtered by queue walk work_queue_queue_ready_idx once per queue and
  * merge the walks in (created, batch_order) order, so exactly the first
  * max_items claimable rows of those queues are taken.  Walks start at the
- * PGQ_HINT_READY bound (shmem.c), not at the left end of the index, where
+ * PGQ_BOUND_READY bound (bounds.c), not at the left end of the index, where
  * the entries of claimed rows pile up until VACUUM removes them.
  *
  * Jobs whose lease ran out are rare: one probe of work_queue_lease_idx
- * (from the PGQ_HINT_LEASE bound up to now) decides whether the statement
+ * (from the PGQ_BOUND_LEASE bound up to now) decides whether the statement
  * that steals (or fails, on their last try) them runs at all.
  *
  *-------------------------------------------------------------------------
@@ -41,6 +41,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
@@ -58,7 +59,6 @@
 #include "pgqueue.h"
 
 static SPIPlanPtr plan_claim_stolen[2] = {NULL, NULL};
-static SPIPlanPtr plan_next_expiry = NULL;
 
 /* One index walk: its scan and the ready row it stands on. */
 typedef struct ReadyWalk
@@ -227,31 +227,57 @@ pgq_claim_put(ReturnSetInfo *rsinfo, int64 *failed, TimestampTz *min_lease)
 	return n;
 }
 
+/* Whether the row in t->found belongs to one of queues (NULL: every queue). */
+static bool
+pgq_in_queues(PgqTable *t, ArrayType *queues)
+{
+	Datum	   *names;
+	int			n;
+	int			i;
+	bool		isnull;
+	Datum		queue;
+
+	if (queues == NULL)
+		return true;
+	queue = pgq_get(t, t->found, PGQ_COL_QUEUE, &isnull);
+	deconstruct_array(queues, TEXTOID, -1, false, TYPALIGN_INT, &names, NULL, &n);
+	for (i = 0; i < n; i++)
+		if (DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, queue, names[i])))
+			return true;
+	return false;
+}
+
 /*
- * The earliest lease deadline in [from, now) of pgqueue.work_queue, as w's
- * snapshot sees it; *found is false when there is none.  One probe of
- * work_queue_lease_idx, which every claim makes and which almost always
- * finds nothing.
+ * Walk work_queue_lease_idx over lock_timeout in [from, until), as w's
+ * snapshot sees it: *first is the earliest deadline of any row in that
+ * range, and the return value the earliest of a row of queues (NULL: any),
+ * or DT_NOEND when there is none (*first too).  Every claim makes this
+ * probe once (from the LEASE bound to now: expired leases, which are rare);
+ * a waiting claim also walks from now on for the next lease to run out.
  */
 static TimestampTz
-pgq_first_expired(PgqWrite *w, TimestampTz from, TimestampTz now, bool *found)
+pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
+			   ArrayType *queues, TimestampTz *first)
 {
 	PgqTable   *t = &w->work;
 	Relation	idx = index_open(pgq_relid(RelationGetNamespace(t->rel), "work_queue_lease_idx"),
 								 AccessShareLock);
 	IndexScanDesc scan;
 	ScanKeyData keys[2];
-	TimestampTz result = 0;
+	int			nkeys = 0;
+	TimestampTz mine = DT_NOEND;
 
-	*found = false;
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
-						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
-						   TimestampTzGetDatum(from));
-	ScanKeyEntryInitialize(&keys[1], 0, 1, BTLessStrategyNumber,
-						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_LT,
-						   TimestampTzGetDatum(now));
-	scan = index_beginscan(t->rel, idx, w->snapshot, 2, 0);
-	index_rescan(scan, keys, 2, NULL, 0);
+	*first = DT_NOEND;
+	if (from != DT_NOBEGIN)
+		ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTGreaterEqualStrategyNumber,
+							   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+							   TimestampTzGetDatum(from));
+	if (until != DT_NOEND)
+		ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTLessStrategyNumber,
+							   InvalidOid, InvalidOid, F_TIMESTAMPTZ_LT,
+							   TimestampTzGetDatum(until));
+	scan = index_beginscan(t->rel, idx, w->snapshot, nkeys, 0);
+	index_rescan(scan, keys, nkeys, NULL, 0);
 
 	/* the heap version is re-checked: the entry may lead through a HOT chain */
 	while (index_getnext_slot(scan, ForwardScanDirection, t->found))
@@ -260,17 +286,21 @@ pgq_first_expired(PgqWrite *w, TimestampTz from, TimestampTz now, bool *found)
 		TimestampTz ts = DatumGetTimestampTz(pgq_get(t, t->found, PGQ_COL_LOCK_TIMEOUT,
 													 &isnull));
 
-		if (!isnull && ts >= from && ts < now)
+		if (isnull || ts < from || ts >= until)
+			continue;
+		if (*first == DT_NOEND)
+			*first = ts;
+		if (pgq_in_queues(t, queues))
 		{
-			result = ts;
-			*found = true;
+			mine = ts;
 			break;
 		}
+		CHECK_FOR_INTERRUPTS();
 	}
 	ExecClearTuple(t->found);
 	index_endscan(scan);
 	index_close(idx, NoLock);
-	return result;
+	return mine;
 }
 
 /* ----------------------------------------------------------------
@@ -306,7 +336,7 @@ pgq_walk_next(ReadyWalk *w, PgqTable *t)
  * pgqueue.work_queue, of the given queues when queues is not NULL, in
  * scheduling order, and put their tids into tids[]; returns how many.  The
  * rows stay locked until the transaction ends.  Takes w's snapshot anew,
- * after reading the PGQ_HINT_READY bound (see shmem.c).
+ * after reading the PGQ_BOUND_READY bound (bounds.c).
  */
 static int
 pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *tids)
@@ -317,9 +347,9 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 	int			nwalks = 0;
 	int			ntids = 0;
 	int			i;
+	PgqScan		bscan;
+	bool		from_bound;
 	TimestampTz bound;
-	uint64		epoch;
-	bool		hinted;
 	TimestampTz stop = DT_NOEND;	/* created of the first row not passed */
 	ScanKeyData keys[2];
 
@@ -327,9 +357,14 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 							   queues ? "work_queue_queue_ready_idx" : "work_queue_ready_idx"),
 					 AccessShareLock);
 
-	/* the bound is read before the snapshot is taken (see shmem.c) */
-	hinted = pgq_hint_get(PGQ_HINT_READY, &bound, &epoch, queues == NULL);
+	/*
+	 * The bound is read before the snapshot is taken (bounds.c); a walk of
+	 * some queues only can lower it, not raise it.
+	 */
+	pgq_bound_begin(PGQ_BOUND_READY, queues == NULL, &bscan);
 	pgq_write_new_snapshot(w);
+	from_bound = (bscan.start.hi == 0);	/* a time key, not the lowest key */
+	bound = bscan.start.lo;
 
 	if (queues == NULL)
 	{
@@ -337,8 +372,8 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 							   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
 							   TimestampTzGetDatum(bound));
 		walks = palloc0(sizeof(ReadyWalk));
-		walks[0].scan = index_beginscan(t->rel, idx, w->snapshot, hinted ? 1 : 0, 0);
-		index_rescan(walks[0].scan, keys, hinted ? 1 : 0, NULL, 0);
+		walks[0].scan = index_beginscan(t->rel, idx, w->snapshot, from_bound ? 1 : 0, 0);
+		index_rescan(walks[0].scan, keys, from_bound ? 1 : 0, NULL, 0);
 		nwalks = 1;
 	}
 	else
@@ -368,8 +403,8 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 			ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterEqualStrategyNumber,
 								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
 								   TimestampTzGetDatum(bound));
-			walks[nwalks].scan = index_beginscan(t->rel, idx, w->snapshot, hinted ? 2 : 1, 0);
-			index_rescan(walks[nwalks].scan, keys, hinted ? 2 : 1, NULL, 0);
+			walks[nwalks].scan = index_beginscan(t->rel, idx, w->snapshot, from_bound ? 2 : 1, 0);
+			index_rescan(walks[nwalks].scan, keys, from_bound ? 2 : 1, NULL, 0);
 			nwalks++;
 		}
 	}
@@ -417,10 +452,9 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 
 	/*
 	 * Every row before "stop" is claimed or gone as of the snapshot; when the
-	 * walk ran out, every row is (later scheduling passes lower the bound).
+	 * walk ran out, every row is (bounds.c, rule 1).
 	 */
-	if (queues == NULL)
-		pgq_hint_set(PGQ_HINT_READY, stop, epoch, !hinted);
+	pgq_bound_end(&bscan, pgq_time_key(stop));
 
 	for (i = 0; i < nwalks; i++)
 	{
@@ -563,38 +597,37 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 	int			stolen = 0;
 	int			fresh = 0;
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz lease_bound;
 	TimestampTz min_lease = DT_NOEND;
-	uint64		lease_epoch;
-	bool		lease_hinted;
-	TimestampTz deadline;
-	bool		expired;
+	TimestampTz first_expired;
+	TimestampTz expired;
+	PgqScan		lscan;
 
 	pgq_write_begin(&w, "pgq_claim", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
 
 	/*
-	 * Expired leases: the bound is read before the probe's snapshot; it
-	 * moves up to the first expired lease, or to now when there is none (see
-	 * shmem.c).
+	 * Expired leases: the bound is read before the probe's snapshot
+	 * (bounds.c); it moves up to the first expired lease of any queue, or to
+	 * now when there is none.  expired: the first of the claim's queues.
 	 */
-	lease_hinted = pgq_hint_get(PGQ_HINT_LEASE, &lease_bound, &lease_epoch, true);
+	pgq_bound_begin(PGQ_BOUND_LEASE, true, &lscan);
 	pgq_write_new_snapshot(&w);
-	deadline = pgq_first_expired(&w, lease_bound, now, &expired);
-	pgq_hint_set(PGQ_HINT_LEASE, expired ? deadline : now, lease_epoch, !lease_hinted);
+	expired = pgq_lease_walk(&w, lscan.start.hi == 0 ? lscan.start.lo : DT_NOBEGIN,
+							 now, c->queues, &first_expired);
+	pgq_bound_end(&lscan, pgq_time_key(first_expired != DT_NOEND ? first_expired : now));
 
 	/*
 	 * Jobs failed on their last try do not fill the claim: while some were
 	 * failed and there is room, look for more expired leases.
 	 */
-	if (expired)
+	if (expired != DT_NOEND)
 	{
-		/* $1 lock_key, $2 how many, $3 lease, $4 queues, $5 now, $6 bound */
+		/* $1 lock_key, $2 how many, $3 lease, $4 queues, $5 now, $6 from */
 		a[0] = PointerGetDatum(c->key);
 		a[2] = c->lease;
 		a[3] = c->queues ? PointerGetDatum(c->queues) : (Datum) 0;
 		n[3] = c->queues ? ' ' : 'n';
 		a[4] = TimestampTzGetDatum(now);
-		a[5] = TimestampTzGetDatum(deadline);
+		a[5] = TimestampTzGetDatum(expired);
 		SPI_connect();
 		for (;;)
 		{
@@ -620,38 +653,31 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 		if (ntids > 0)
 			fresh = pgq_lease_rows(&w, c, tids, ntids, now, &min_lease);
 	}
-	pgq_write_end(&w);
 
+	/* nothing to claim: when does the next lease of our queues run out? */
 	if (stolen + fresh == 0 && next_expiry != NULL)
 	{
-		Datum		d;
-		bool		isnull;
-		Datum		qa = c->queues ? PointerGetDatum(c->queues) : (Datum) 0;
-		char		qn = c->queues ? ' ' : 'n';
+		TimestampTz any;
 
-		SPI_connect();
-		if (SPI_execute_plan(pgq_keep_plan(&plan_next_expiry,
-										   "SELECT min(w.lock_timeout) FROM pgqueue.work_queue w"
-										   " WHERE w.lock_timeout IS NOT NULL"
-										   "   AND ($1::text[] IS NULL OR w.queue = ANY ($1::text[]))",
-										   1, &types[3]),
-							 &qa, &qn, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "lease lookup failed");
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		*next_expiry = isnull ? 0 : DatumGetTimestampTz(d);
-		SPI_finish();
+		pgq_write_new_snapshot(&w);
+		*next_expiry = pgq_lease_walk(&w, now, DT_NOEND, c->queues, &any);
+		if (*next_expiry == DT_NOEND)
+			*next_expiry = 0;	/* none */
 	}
+	pgq_write_end(&w);
 
 	pgq_count(PGQ_CLAIMED, stolen + fresh);
 	pgq_count(PGQ_STOLEN, stolen);
 	pgq_count(PGQ_FAILED, failed);
 	if (stolen + fresh + failed > 0)
-		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
-	if (stolen + fresh > 0)
 	{
-		pgq_hint_lower_at_commit(PGQ_HINT_LEASE, min_lease);
-		pgq_hint_hold();
+		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
+		/* the steal statement's writes (tables.c holds for the others) */
+		pgq_bound_hold(PGQ_BOUND_READY);
+		pgq_bound_hold(PGQ_BOUND_LEASE);
 	}
+	if (stolen + fresh > 0)
+		pgq_bound_lower_at_commit(PGQ_BOUND_LEASE, pgq_time_key(min_lease));
 	return stolen + fresh;
 }
 
@@ -709,9 +735,11 @@ pgq_claim_jobs(ReturnSetInfo *rsinfo, text *key, int max_items, Datum lease,
 			pgq_wait_for_work(until);
 		}
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
-		pgq_end_wait(queues != NULL);
+		pgq_end_wait(false);
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	pgq_end_wait(true);
 }

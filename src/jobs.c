@@ -201,8 +201,7 @@ pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline)
 	{
 		*deadline = a.deadline;
 		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
-		pgq_hint_lower_at_commit(PGQ_HINT_LEASE, a.deadline);
-		pgq_hint_hold();
+		pgq_bound_lower_at_commit(PGQ_BOUND_LEASE, pgq_time_key(a.deadline));
 	}
 	return done;
 }
@@ -367,8 +366,14 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 		pgq_count(PGQ_FAILED, 1);
 		return "failed";
 	}
-	/* ready again below the scheduling bound when this commits */
-	pgq_sched_lower_at_commit(a.np, a.run_after);
+	/* ready again when this commits (bounds.c) */
+	{
+		PgqKey		k;
+
+		k.hi = a.np;
+		k.lo = a.run_after;
+		pgq_bound_lower_at_commit(PGQ_BOUND_SCHED, k);
+	}
 	if (a.run_after <= GetCurrentTimestamp())
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
 	return "retry";

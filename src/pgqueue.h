@@ -69,20 +69,33 @@ typedef enum PgqCounter
 #define PGQ_WAKE_CLAIMERS	0x02	/* new claimable rows in work_queue */
 #define PGQ_WAKE_ON_ABORT	0x04	/* rows locked: a rollback frees them */
 
-/* Lower bounds for scans of work_queue's indexes (shmem.c). */
-typedef enum PgqHint
+/* Scan bounds (bounds.c). */
+typedef enum PgqBoundId
 {
-	PGQ_HINT_READY = 0,			/* work_queue_ready_idx: created */
-	PGQ_HINT_LEASE,				/* work_queue_lease_idx: lock_timeout */
-	PGQ_NUM_HINTS
-} PgqHint;
+	PGQ_BOUND_READY = 0,		/* work_queue_ready_idx: (0, created) */
+	PGQ_BOUND_LEASE,			/* work_queue_lease_idx: (0, lock_timeout) */
+	PGQ_BOUND_SCHED,			/* queue_ready_idx: (-priority, run_after) */
+	PGQ_NUM_BOUNDS
+} PgqBoundId;
 
-/* A key of queue_ready_idx after the queue: (-priority, run_after). */
-typedef struct PgqReadyKey
+/* A key of a bound, compared as (hi, lo). */
+typedef struct PgqKey
 {
-	int64		np;
-	TimestampTz ra;
-} PgqReadyKey;
+	int64		hi;
+	TimestampTz lo;
+} PgqKey;
+
+/* A walk of a bound's index, from pgq_bound_begin to pgq_bound_end. */
+typedef struct PgqScan
+{
+	PgqBoundId	id;
+	PgqKey		start;			/* where to start the walk */
+	bool		full;			/* from the start: the bound is not used */
+	bool		owns_full;		/* this walk took the full walk that was due */
+	bool		raise;			/* its result may raise the bound */
+	uint64		ticket;
+	TimestampTz began;
+} PgqScan;
 
 /*
  * The layout of the pgqueue tables in the current database: the SQL objects
@@ -100,26 +113,27 @@ extern List *pgq_database_list(void);
 
 /* shmem.c */
 extern void pgq_shmem_install_hooks(void);
+extern void pgq_scheduler_attach(int dbindex);
+extern bool pgq_db_known(int dbindex, int set);
+
+/* publish.c */
 extern void pgq_xact_callbacks_register(void);
 extern void pgq_count(PgqCounter counter, int64 n);
 extern void pgq_count_now(PgqCounter counter, int64 n);
 extern void pgq_wake_at_commit(int what);
 extern void pgq_claimable_at_commit(int64 n);
-extern void pgq_scheduler_attach(int dbindex);
-extern bool pgq_db_known(int dbindex, int set);
 extern void pgq_prepare_wait(bool filtered);
 extern void pgq_wait_for_work(TimestampTz until);
-extern void pgq_end_wait(bool filtered);
-extern bool pgq_hint_get(PgqHint h, TimestampTz *bound, uint64 *epoch,
-						 bool claim_full);
-extern void pgq_hint_set(PgqHint h, TimestampTz bound, uint64 epoch, bool full);
-extern void pgq_hint_lower_at_commit(PgqHint h, TimestampTz bound);
-extern void pgq_hint_hold(void);
-extern int	pgq_key_cmp(const PgqReadyKey *a, const PgqReadyKey *b);
-extern bool pgq_sched_bound_get(PgqReadyKey *bound, uint64 *ticket);
-extern void pgq_sched_bound_set(const PgqReadyKey *found, uint64 ticket, bool full);
-extern void pgq_sched_lower_at_commit(int64 np, TimestampTz ra);
-extern void pgq_sched_moved(void);
+extern void pgq_end_wait(bool completed);
+
+/* bounds.c */
+extern int	pgq_key_cmp(const PgqKey *a, const PgqKey *b);
+extern PgqKey pgq_time_key(TimestampTz ts);
+extern void pgq_bound_begin(PgqBoundId id, bool may_raise, PgqScan *scan);
+extern void pgq_bound_end(PgqScan *scan, PgqKey first);
+extern void pgq_bound_lower_at_commit(PgqBoundId id, PgqKey key);
+extern void pgq_bound_hold(PgqBoundId id);
+extern void pgq_bounds_at_xact_end(bool commit);
 
 /* schedule.c; caller must be connected to SPI inside a transaction */
 extern int	pgq_schedule_pass(int max_items);

@@ -76,7 +76,7 @@ static const char *busy_sql =
  * One round.  $1 = how many jobs at most, $2 = batch_order of the last job
  * already moved in this pass, $3 = true for the fair-share round, false to
  * offer all of $1 to every queue, $4 = the queues to leave out (busy_sql),
- * ($5, $6) = the scheduling bound (shmem.c): queues are walked from there,
+ * ($5, $6) = the SCHED bound (bounds.c): queues are walked from there,
  * $7 = the names of the queues in queue_ready_idx (pgq_ready_queue_names).
  */
 #define ROUND_SQL_HEAD \
@@ -248,8 +248,8 @@ pgq_ready_queue_names(void)
  */
 static int
 pgq_schedule_round(PgqLayout layout, int max_items, int order_base, bool fair, Datum busy,
-				   const PgqReadyKey *bound, Datum names, int *short_queues,
-				   PgqReadyKey *found)
+				   const PgqKey *bound, Datum names, int *short_queues,
+				   PgqKey *found)
 {
 	Oid			types[7] = {INT4OID, INT4OID, BOOLOID, TEXTARRAYOID, INT8OID,
 	TIMESTAMPTZOID, TEXTARRAYOID};
@@ -261,8 +261,8 @@ pgq_schedule_round(PgqLayout layout, int max_items, int order_base, bool fair, D
 	args[1] = Int32GetDatum(order_base);
 	args[2] = BoolGetDatum(fair);
 	args[3] = busy;
-	args[4] = Int64GetDatum(bound->np);
-	args[5] = TimestampTzGetDatum(bound->ra);
+	args[4] = Int64GetDatum(bound->hi);
+	args[5] = TimestampTzGetDatum(bound->lo);
 	args[6] = names;
 
 	if (SPI_execute_plan(pgq_keep_plan(&plan_round[layout], round_sql[layout], 7, types),
@@ -272,9 +272,9 @@ pgq_schedule_round(PgqLayout layout, int max_items, int order_base, bool fair, D
 	*short_queues = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 												SPI_tuptable->tupdesc, 2, &isnull));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
-	found->np = isnull ? PG_INT64_MAX : DatumGetInt64(d);
+	found->hi = isnull ? PG_INT64_MAX : DatumGetInt64(d);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
-	found->ra = isnull ? DT_NOEND : DatumGetTimestampTz(d);
+	found->lo = isnull ? DT_NOEND : DatumGetTimestampTz(d);
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 									   SPI_tuptable->tupdesc, 1, &isnull));
 }
@@ -293,14 +293,12 @@ pgq_schedule_pass(int max_items)
 	int			moved;
 	int			short_queues;
 	TimestampTz start = GetCurrentTimestamp();	/* <= the rows' created */
-	PgqReadyKey bound;
-	PgqReadyKey found;
-	uint64		ticket;
-	bool		hinted;
+	PgqScan		scan;
+	PgqKey		found;
 	PgqLayout	layout = pgq_layout();
 
-	/* read before the snapshot of the first round (see shmem.c) */
-	hinted = pgq_sched_bound_get(&bound, &ticket);
+	/* read before the snapshot of the first round (bounds.c) */
+	pgq_bound_begin(PGQ_BOUND_SCHED, true, &scan);
 
 	if (SPI_execute_plan(pgq_keep_plan(&plan_busy, busy_sql, 0, NULL),
 						 NULL, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
@@ -308,20 +306,21 @@ pgq_schedule_pass(int max_items)
 	busy = PointerGetDatum(DatumGetArrayTypePCopy(SPI_getbinval(SPI_tuptable->vals[0],
 																SPI_tuptable->tupdesc, 1, &isnull)));
 	names = PointerGetDatum(pgq_ready_queue_names());
-	moved = pgq_schedule_round(layout, max_items, 0, true, busy, &bound, names,
+	moved = pgq_schedule_round(layout, max_items, 0, true, busy, &scan.start, names,
 							   &short_queues, &found);
-	pgq_sched_bound_set(&found, ticket, !hinted);
+	pgq_bound_end(&scan, found);
 	/* room left, and a queue that may have more than its share: round 2 */
 	if (moved < max_items && short_queues > 0)
 		moved += pgq_schedule_round(layout, max_items - moved, moved, false, busy,
-									&bound, names, &short_queues, &found);
+									&scan.start, names, &short_queues, &found);
 
 	if (moved > 0)
 	{
-		pgq_sched_moved();
+		/* its jobs stop counting for SCHED, its rows count for READY */
+		pgq_bound_hold(PGQ_BOUND_SCHED);
+		pgq_bound_lower_at_commit(PGQ_BOUND_READY, pgq_time_key(start));
 		pgq_count(PGQ_SCHEDULED, moved);
 		pgq_claimable_at_commit(moved);
-		pgq_hint_lower_at_commit(PGQ_HINT_READY, start);
 	}
 	return moved;
 }

@@ -61,6 +61,7 @@ static void pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti,
 static void pgq_table_close(PgqTable *t);
 static bool pgq_write_result(PgqWrite *w, PgqTable *t, TM_Result res,
 							 TM_FailureData *tmfd, const char *what);
+static void pgq_write_done(PgqWrite *w, PgqTable *t);
 
 /*
  * Open the table and its indexes for writing (range table index rti of
@@ -292,6 +293,22 @@ pgq_write_result(PgqWrite *w, PgqTable *t, TM_Result res, TM_FailureData *tmfd,
 }
 
 /*
+ * A row of t was written.  Every write of work_queue changes the indexes of
+ * the READY and LEASE bounds: the transaction raises them no more
+ * (bounds.c, rule 4).  Writes of pgqueue.queue that take jobs out of the
+ * ready states are held by their callers (PGQ_BOUND_SCHED).
+ */
+static void
+pgq_write_done(PgqWrite *w, PgqTable *t)
+{
+	if (t == &w->work)
+	{
+		pgq_bound_hold(PGQ_BOUND_READY);
+		pgq_bound_hold(PGQ_BOUND_LEASE);
+	}
+}
+
+/*
  * Delete the row in t->found if check(t->found, arg) (NULL: always).  A row
  * changed meanwhile is checked again in its latest version (see above).
  * Returns whether a row was deleted; t->found holds it then.
@@ -309,7 +326,10 @@ pgq_delete_found(PgqWrite *w, PgqTable *t, PgqRowCheck check, void *arg)
 		res = table_tuple_delete(t->rel, &t->found->tts_tid, w->cid, w->snapshot,
 								 InvalidSnapshot, true, &tmfd, false);
 		if (res == TM_Ok)
+		{
+			pgq_write_done(w, t);
 			return true;
+		}
 		if (!pgq_write_result(w, t, res, &tmfd, "delete"))
 			return false;
 	}
@@ -352,6 +372,7 @@ pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
 			if (update_indexes && t->rri->ri_NumIndices > 0)
 				list_free(ExecInsertIndexTuples(t->rri, t->next, w->estate,
 												true, false, NULL, NIL));
+			pgq_write_done(w, t);
 			return true;
 		}
 		if (!pgq_write_result(w, t, res, &tmfd, "update"))
@@ -378,6 +399,7 @@ pgq_insert(PgqWrite *w, PgqTable *t, Datum *values, bool *isnull)
 	if (t->rri->ri_NumIndices > 0)
 		list_free(ExecInsertIndexTuples(t->rri, t->next, w->estate,
 										false, false, NULL, NIL));
+	pgq_write_done(w, t);
 }
 
 /* Value of column c of the row in slot (which must belong to t). */

@@ -1,0 +1,296 @@
+/*-------------------------------------------------------------------------
+ *
+ * bounds.c
+ *		Scan bounds: where claims and scheduling passes start their index
+ *		walks, kept in shared memory per database.  One protocol for the
+ *		three of them, written down here with the reason each path keeps it.
+ *
+ * Why.  Entries leave the head of three indexes all the time: claims take
+ * never-claimed rows off work_queue_ready_idx, acks take leased rows off
+ * work_queue_lease_idx, scheduling passes take jobs off each queue's range
+ * of queue_ready_idx.  The index entries stay until VACUUM; while an old
+ * snapshot holds the xmin horizon back they cannot even be marked dead, and
+ * a walk from the left end of the index visits the heap tuple of every one
+ * of them.  So walks start at a bound instead.
+ *
+ * The bounds, and their keys (compared as (hi, lo)):
+ *	 PGQ_BOUND_READY  work_queue_ready_idx (created, batch_order): (0, created)
+ *	 PGQ_BOUND_LEASE  work_queue_lease_idx (lock_timeout): (0, lock_timeout)
+ *	 PGQ_BOUND_SCHED  queue_ready_idx (queue, -priority, run_after, id):
+ *					  (-priority, run_after), the same for every queue
+ * An entry counts for a bound while its row is in the index's predicate
+ * in the committed state: READY a work_queue row never claimed or released
+ * (lock_timeout IS NULL), LEASE a leased one (lock_timeout IS NOT NULL),
+ * SCHED a 'pending' or 'retry' job (due or not, paused, capped or not).
+ *
+ * THE INVARIANT: no entry that counts has a key below its bound, once every
+ * committed transaction has applied its lowerings (rule 3).  A bound only
+ * says where to start; whether a row may be taken is decided on the row.
+ *
+ * The rules that keep it:
+ *	1. A walk raises a bound to at most "first": the key of the first entry
+ *	   it could not pass, as its snapshot sees the table; it passes only
+ *	   entries whose rows are gone or out of the predicate, and never an
+ *	   entry whose row it saw counting but could not lock (held by another
+ *	   transaction, whose rollback would keep it counting).  A walk that ran
+ *	   out of entries has first = the highest key.
+ *	2. The walk reads its bound's ticket (the count of sets) before taking
+ *	   its snapshot (pgq_bound_begin), and the set (pgq_bound_end) happens
+ *	   only if no other set came in between; it stores min(first, low),
+ *	   where low is the lowest lowering since the last set, and resets low.
+ *	   So an entry committed after the walk's snapshot, invisible to it, is
+ *	   not passed: its transaction lowered the bound after its commit,
+ *	   hence after the ticket was read, either before the set (then it is in
+ *	   low) or after (then it lowers the bound set).
+ *	3. A transaction that makes an entry count with key k lowers the bound
+ *	   and low to k when it commits, after its commit is visible
+ *	   (pgq_bound_lower_at_commit, applied by the commit callback).
+ *	4. A transaction that changed a bound's index (pgq_bound_hold, or a
+ *	   lowering it owes) raises that bound no more until it ends: its
+ *	   snapshot sees its own changes, which others do not see, and a
+ *	   rollback brings back what it removed.  Its walks start below the
+ *	   entries it added.
+ *	5. A transaction with a transaction snapshot (REPEATABLE READ,
+ *	   SERIALIZABLE) never raises a bound: its snapshot may predate the
+ *	   ticket.  (Reading a bound is fine for it: what lies below it cannot
+ *	   be locked by it either.)
+ *	6. Lowering is always safe.  A walk that finds an entry below the bound
+ *	   (possible only for one made behind the API's back) lowers the bound
+ *	   to it at once.
+ *	7. A walk from the start (a "full" walk) is what finds entries made
+ *	   behind the API's back: a manual INSERT or UPDATE, and a PREPAREd
+ *	   transaction's entries (COMMIT PREPARED is another session's commit,
+ *	   where no lowering of the preparing one can run).  One is due
+ *	   PGQ_FULL_CHECK_MS after the last one ended, or PGQ_FULL_COST times its
+ *	   duration if that is longer (at most PGQ_FULL_MAX_MS): while VACUUM is
+ *	   held back a full walk visits every dead entry, so they take at most
+ *	   1/PGQ_FULL_COST of one process's time.  The walk that finds one due
+ *	   takes it (others keep using the bound) and records its duration
+ *	   whatever becomes of its set.
+ *
+ * The paths, and how each keeps the invariant:
+ *	 push, push_batch   SCHED: their jobs count when they commit: rule 3.
+ *	 scheduling pass    SCHED: its jobs stop counting: rule 4 (held).
+ *						READY: its work_queue rows count when it commits,
+ *						created >= the pass's start: rule 3 (to the start).
+ *						It walks every queue: rules 1, 2, 6, 7.
+ *	 claim, steal       READY rows stop counting, LEASE rows start (their
+ *						deadline, which counts as a lowering only when it
+ *						has already passed at commit: a walk that missed
+ *						the row set the bound no later than its own start)
+ *						and, for a steal, stop: rules 4 and 3.  Its walks:
+ *						1, 2, 6, 7; filtered walks only lower (rule 6).
+ *	 extend             LEASE: rule 4, and rule 3 for the new deadline.
+ *	 ack                READY and LEASE rows go: rule 4.
+ *	 nack               LEASE (and READY) rows go: rule 4; SCHED: its job
+ *						counts again: rule 3.
+ *	 release            LEASE rows go, READY rows come (their created):
+ *						rules 4 and 3; rows failed on their last try: 4.
+ *	 operator calls     (retry, cancel, purge) as the above for what they do.
+ *	 rollback           nothing is lowered (rule 3 applies at commit only);
+ *						rows it removed come back, but it raised nothing
+ *						(rule 4) and other walks stopped at its locked rows
+ *						(rule 1).
+ *	 subtransactions    lowerings and holds stay when one rolls back: a
+ *						lowering too many costs only a longer walk.
+ *	 two-phase commit   at PREPARE the lowerings are dropped: rule 7.
+ *	 hot standby        claims fail their read-only check before reading a
+ *						bound and passes do not run, so a promoted standby's
+ *						bounds were never raised.
+ *	 crash              shared memory starts over: every bound at its
+ *						lowest key, its first walk a full one.
+ *
+ * Without shared memory (the library not preloaded) every walk is a full
+ * walk.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "utils/timestamp.h"
+
+#include "shmem.h"
+
+#define PGQ_FULL_CHECK_MS	1000
+#define PGQ_FULL_COST		20
+#define PGQ_FULL_MAX_MS		30000
+
+static const PgqKey pgq_key_min = {PG_INT64_MIN, DT_NOBEGIN};
+static const PgqKey pgq_key_max = {PG_INT64_MAX, DT_NOEND};
+
+/* What the current transaction owes and holds (rules 3 and 4). */
+static PgqKey pending_low[PGQ_NUM_BOUNDS];
+static bool pending[PGQ_NUM_BOUNDS];
+static bool held[PGQ_NUM_BOUNDS];
+
+int
+pgq_key_cmp(const PgqKey *a, const PgqKey *b)
+{
+	if (a->hi != b->hi)
+		return a->hi < b->hi ? -1 : 1;
+	if (a->lo != b->lo)
+		return a->lo < b->lo ? -1 : 1;
+	return 0;
+}
+
+/* A key of READY or LEASE: (0, ts). */
+PgqKey
+pgq_time_key(TimestampTz ts)
+{
+	PgqKey		k;
+
+	k.hi = 0;
+	k.lo = ts;
+	return k;
+}
+
+/* Every bound of a new slot at its lowest key, a full walk due. */
+void
+pgq_bounds_reset(PgqDbSlot *slot)
+{
+	int			b;
+
+	for (b = 0; b < PGQ_NUM_BOUNDS; b++)
+	{
+		slot->bounds[b].bound = pgq_key_min;
+		slot->bounds[b].low = pgq_key_max;
+		slot->bounds[b].sets = 0;
+		slot->bounds[b].next_full = 0;
+	}
+}
+
+/*
+ * Begin a walk of bound id's index: call before taking the walk's
+ * snapshot.  may_raise: the walk sees every entry that counts (not only
+ * those of some queues), so its result can raise the bound.  scan->start
+ * is where to start (the lowest key for a full walk).
+ */
+void
+pgq_bound_begin(PgqBoundId id, bool may_raise, PgqScan *scan)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+	PgqBoundState *st;
+	TimestampTz now;
+
+	scan->id = id;
+	scan->start = pgq_key_min;
+	scan->full = true;
+	scan->owns_full = false;
+	scan->raise = false;
+	scan->ticket = 0;
+	if (slot == NULL)
+		return;
+
+	/* rules 4 and 5 */
+	scan->raise = may_raise && !held[id] && !pending[id] && !IsolationUsesXactSnapshot();
+	now = GetCurrentTimestamp();
+	st = &slot->bounds[id];
+	SpinLockAcquire(&slot->bound_mutex);
+	scan->ticket = st->sets;
+	if (now >= st->next_full)
+	{
+		/* rule 7: this walk takes the full walk that is due */
+		st->next_full = now + PGQ_FULL_CHECK_MS * INT64CONST(1000);
+		scan->owns_full = true;
+		scan->began = now;
+	}
+	else
+	{
+		scan->start = st->bound;
+		scan->full = false;
+	}
+	SpinLockRelease(&slot->bound_mutex);
+
+	/* rule 4: start below what this transaction added */
+	if (pending[id] && pgq_key_cmp(&pending_low[id], &scan->start) < 0)
+		scan->start = pending_low[id];
+}
+
+/*
+ * End a walk begun with pgq_bound_begin: first is the key of the first
+ * entry it could not pass (rule 1; pgq_key_max when it ran out).
+ */
+void
+pgq_bound_end(PgqScan *scan, PgqKey first)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+	PgqBoundState *st;
+	TimestampTz now;
+
+	if (slot == NULL)
+		return;
+	now = GetCurrentTimestamp();
+	st = &slot->bounds[scan->id];
+	SpinLockAcquire(&slot->bound_mutex);
+	if (scan->raise && st->sets == scan->ticket)
+	{
+		/* rule 2 */
+		st->bound = pgq_key_cmp(&first, &st->low) < 0 ? first : st->low;
+		st->low = pgq_key_max;
+		st->sets++;
+	}
+	else if (pgq_key_cmp(&first, &st->bound) < 0)
+	{
+		/* rule 6 */
+		st->bound = first;
+		if (pgq_key_cmp(&first, &st->low) < 0)
+			st->low = first;
+	}
+	if (scan->owns_full)
+	{
+		int64		wait = Max(now - scan->began, 0) * PGQ_FULL_COST;
+
+		wait = Max(wait, PGQ_FULL_CHECK_MS * INT64CONST(1000));
+		wait = Min(wait, PGQ_FULL_MAX_MS * INT64CONST(1000));
+		st->next_full = now + wait;
+	}
+	SpinLockRelease(&slot->bound_mutex);
+}
+
+/* Rule 3: lower bound id to key when the current transaction commits. */
+void
+pgq_bound_lower_at_commit(PgqBoundId id, PgqKey key)
+{
+	if (!pending[id] || pgq_key_cmp(&key, &pending_low[id]) < 0)
+		pending_low[id] = key;
+	pending[id] = true;
+}
+
+/* Rule 4: the current transaction changed bound id's index. */
+void
+pgq_bound_hold(PgqBoundId id)
+{
+	held[id] = true;
+}
+
+/*
+ * At the end of the transaction (publish.c's callback): at commit apply the
+ * lowerings (rule 3), then forget them and the holds.  A lease deadline
+ * still in the future needs no lowering (see the path of claims above).
+ */
+void
+pgq_bounds_at_xact_end(bool commit)
+{
+	PgqDbSlot  *slot = NULL;
+	int			b;
+
+	for (b = 0; b < PGQ_NUM_BOUNDS; b++)
+	{
+		if (commit && pending[b] &&
+			!(b == PGQ_BOUND_LEASE && pending_low[b].lo >= GetCurrentTimestamp()) &&
+			(slot != NULL || (slot = pgq_my_slot()) != NULL))
+		{
+			PgqBoundState *st = &slot->bounds[b];
+
+			SpinLockAcquire(&slot->bound_mutex);
+			if (pgq_key_cmp(&pending_low[b], &st->bound) < 0)
+				st->bound = pending_low[b];
+			if (pgq_key_cmp(&pending_low[b], &st->low) < 0)
+				st->low = pending_low[b];
+			SpinLockRelease(&slot->bound_mutex);
+		}
+		pending[b] = false;
+		held[b] = false;
+	}
+}

@@ -1,0 +1,66 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *		pgqueue's shared memory, for the files that use it directly
+ *		(shmem.c, publish.c, bounds.c).
+ *
+ * It exists only when the library is in shared_preload_libraries;
+ * pgq_shared is NULL otherwise, and so is every slot.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGQUEUE_SHMEM_H
+#define PGQUEUE_SHMEM_H
+
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/spin.h"
+
+#include "pgqueue.h"
+
+/*
+ * Slots: the first PGQ_MAX_DATABASES are reserved for the databases of
+ * pgqueue.database, by their index there, so that a scheduler always finds
+ * one; the PGQ_SHARED_SLOTS after them go to other databases on first use
+ * (blocking claims there poll once they are all taken).
+ */
+#define PGQ_SHARED_SLOTS 64
+#define PGQ_DB_SLOTS (PGQ_MAX_DATABASES + PGQ_SHARED_SLOTS)
+
+/* One scan bound of a database (bounds.c), under its slot's bound_mutex. */
+typedef struct PgqBoundState
+{
+	PgqKey		bound;			/* no claimable entry has a smaller key */
+	PgqKey		low;			/* the lowest lowering since the last set */
+	uint64		sets;			/* bumped by every set: the tickets */
+	TimestampTz next_full;		/* when a walk from the start is due */
+} PgqBoundState;
+
+/* What pgqueue keeps per database. */
+typedef struct PgqDbSlot
+{
+	Oid			dboid;			/* InvalidOid: free */
+	int			scheduler_procno;	/* pgprocno of its scheduler, or -1 */
+	ConditionVariable work_cv;	/* claims of this database sleep here */
+	pg_atomic_uint32 filtered_waiters;	/* of them, claims with a queues filter */
+	slock_t		bound_mutex;	/* protects bounds[] */
+	PgqBoundState bounds[PGQ_NUM_BOUNDS];
+} PgqDbSlot;
+
+typedef struct PgqShared
+{
+	slock_t		mutex;			/* protects slots[].dboid and db_known[] */
+	TimestampTz stats_reset;
+	pg_atomic_uint64 counters[PGQ_NUM_COUNTERS];
+	bool		db_known[PGQ_MAX_DATABASES];	/* see worker.c */
+	PgqDbSlot	slots[PGQ_DB_SLOTS];
+} PgqShared;
+
+/* shmem.c */
+extern PgqShared *pgq_shared;
+extern PgqDbSlot *pgq_my_slot(void);
+
+/* bounds.c */
+extern void pgq_bounds_reset(PgqDbSlot *slot);
+
+#endif							/* PGQUEUE_SHMEM_H */
