@@ -45,3 +45,15 @@ SELECT q.id, q.queue,
 
 REVOKE ALL ON pgqueue.jobs FROM PUBLIC;
 GRANT SELECT ON pgqueue.jobs TO pgqueue_admin;
+
+/*
+ * The per-job calls lose their SET clauses (see pgqueue--1.1.sql): they
+ * write the tables in C and apply the same settings themselves around the
+ * SQL statements they run.
+ */
+ALTER FUNCTION pgq_push(text, jsonb, timestamptz, int, text) RESET ALL;
+ALTER FUNCTION pgq_claim(text, int, interval, text[], interval) RESET ALL;
+ALTER FUNCTION pgq_extend(uuid, text, interval) RESET ALL;
+ALTER FUNCTION pgq_ack(uuid, text) RESET ALL;
+ALTER FUNCTION pgq_ack_batch(uuid[], text) RESET ALL;
+ALTER FUNCTION pgq_nack(uuid, text, text, interval) RESET ALL;

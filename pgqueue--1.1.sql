@@ -132,15 +132,23 @@ SELECT q.id, q.queue,
 REVOKE ALL ON ALL TABLES IN SCHEMA pgqueue FROM PUBLIC;
 
 /*
- * The API.  Every function is SECURITY DEFINER with a fixed search_path;
- * the C code schema-qualifies every object and passes values as parameters.
- * The statements inside keep generic plans (see pgq_keep_plan) that are
- * made, and remade after each ANALYZE, at whatever size the tables have
- * then: made while a queue is nearly empty, a plan would keep its sequential
- * or bitmap scans as the tables grow.  Every statement is a probe of an
- * index, so the functions that run them turn both off; and JIT, which the
- * cost of a disabled scan (the few statements that must read a whole small
- * table) would otherwise set off on every call.
+ * The API.  Every function is SECURITY DEFINER; the C code
+ * schema-qualifies every object and passes values as parameters.  The
+ * statements inside keep generic plans (see pgq_keep_plan) that are made,
+ * and remade after each ANALYZE, at whatever size the tables have then:
+ * made while a queue is nearly empty, a plan would keep its sequential or
+ * bitmap scans as the tables grow.  Every statement is a probe of an index,
+ * so the functions that run them turn both off; and JIT, which the cost of
+ * a disabled scan (the few statements that must read a whole small table)
+ * would otherwise set off on every call.  With search_path fixed to
+ * pg_catalog, pg_temp, nothing on the caller's search_path can hijack an
+ * operator or function of those statements.
+ *
+ * The per-job calls (pgq_push, pgq_claim, pgq_extend, pgq_ack,
+ * pgq_ack_batch, pgq_nack) carry no SET clauses, which cost more than a
+ * call's own work: they write the tables in C, resolving no name through
+ * search_path, and their SQL statements (rare paths: a dedup push, a steal)
+ * run under the same settings applied in C (pgq_spi_connect).
  * None is STRICT: a NULL required argument raises 22004 instead of silently
  * returning NULL.
  */
@@ -151,9 +159,7 @@ CREATE FUNCTION pgq_push(queue text,
                          dedup_key text DEFAULT NULL)
 RETURNS uuid
 AS 'MODULE_PATHNAME', 'pgq_push'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
 
 CREATE FUNCTION pgq_push_batch(queue text,
                                payloads jsonb[],
@@ -180,40 +186,30 @@ CREATE FUNCTION pgq_claim(lock_key text,
 RETURNS TABLE (id uuid, queue text, payload jsonb, tries int, version int,
                lock_timeout timestamptz)
 AS 'MODULE_PATHNAME', 'pgq_claim'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 10
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 10;
 
 CREATE FUNCTION pgq_extend(id uuid, lock_key text,
                            lease interval DEFAULT '30 seconds')
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'pgq_extend'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
 
 CREATE FUNCTION pgq_ack(id uuid, lock_key text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'pgq_ack'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
 
 CREATE FUNCTION pgq_ack_batch(ids uuid[], lock_key text)
 RETURNS int
 AS 'MODULE_PATHNAME', 'pgq_ack_batch'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
 
 CREATE FUNCTION pgq_nack(id uuid, lock_key text,
                          error text DEFAULT NULL,
                          retry_in interval DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'pgq_nack'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
 
 CREATE FUNCTION pgq_release(lock_key text)
 RETURNS int

@@ -168,6 +168,8 @@ INSERT INTO bad (call) VALUES
   ($$pgq_nack(:'id1', 'w1', 'e', '-1 second')$$),
   ($$pgq_nack(:'id1', 'w1', 'e', '-1 microsecond')$$),
   ($$pgq_nack(:'id1', 'w1', 'e', '366 days')$$),
+  -- twelve calendar months are a year: past the cap with 5 days more
+  ($$pgq_nack(:'id1', 'w1', 'e', '12 mon 5 days')$$),
   ($$pgq_nack(:'id1', 'w1', 'e', '1000 years')$$),
   ($$pgq_nack(:'id1', 'w1', 'e', '178000000 years')$$),
   -- pgq_release
@@ -275,3 +277,17 @@ SHOW pgqueue.max_payload_size;
 
 TRUNCATE pgqueue.queue, pgqueue.work_queue;
 DELETE FROM pgqueue.queues;
+
+--
+-- Checks and deadlines use one arithmetic, timestamptz + interval, where a
+-- month is a calendar month: an interval with months is accepted as a lease
+-- exactly when now plus it lies after now and at most 7 days later
+-- (whatever month this runs in).
+--
+SELECT iv,
+       pg_temp.try(format('SELECT count(*) FROM pgq_claim(%L, 1, %L, ARRAY[%L])',
+                          'w9', iv, 'nothing here')) LIKE 'ok:%'
+         = (now() + iv::interval > now() AND now() + iv::interval <= now() + interval '7 days')
+         AS consistent
+  FROM unnest(ARRAY['1 mon -23 days', '1 mon -24 days', '1 mon -28 days', '1 mon -29 days',
+                    '1 mon -30 days', '1 mon -31 days', '-1 mon 35 days']) AS iv;

@@ -175,6 +175,20 @@ CREATE FUNCTION regress_evil.unnest(anyarray) RETURNS SETOF anyelement LANGUAGE 
 BEGIN
     RAISE NOTICE 'hijacked: unnest()';
 END $$;
+-- the operators and functions of the steal statement, which the per-job
+-- calls run without SET clauses (the C code applies search_path itself)
+CREATE FUNCTION regress_evil.ts_cmp(timestamptz, timestamptz) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE NOTICE 'hijacked: timestamptz comparison';
+    RETURN true;
+END $$;
+CREATE OPERATOR regress_evil.< (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = regress_evil.ts_cmp);
+CREATE OPERATOR regress_evil.>= (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = regress_evil.ts_cmp);
+CREATE FUNCTION regress_evil.format(text, text, integer, integer) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE NOTICE 'hijacked: format()';
+    RETURN 'hijacked';
+END $$;
 CREATE TABLE regress_evil.queue (LIKE pgqueue.queue);
 CREATE TABLE regress_evil.work_queue (LIKE pgqueue.work_queue);
 CREATE TABLE regress_evil.queues (LIKE pgqueue.queues);
@@ -217,8 +231,17 @@ SELECT queue, pending, scheduled, in_flight, failed FROM pgq_stats();
 SELECT count(*) AS claimed FROM pgq_claim('w2', 10, '1 hour', '{evil}');
 SELECT pgq_ack(:'e1', 'w1') AS ack_by_holder;
 SELECT count(*) AS rows FROM pgq_counters();
+-- a steal: the lease of w3 runs out on its only try; w4's claim fails that
+-- job and takes nothing else (the live leases of w2 are not expired)
+SELECT pgq_configure('evil2', max_tries => 1);
+SELECT pgq_push('evil2', '{"n": 6}') AS e6 \gset
+SELECT pgq_schedule();
+SELECT payload FROM pgq_claim('w3', 1, '1 millisecond', '{evil2}');
+SELECT pg_catalog.pg_sleep(0.01);
+SELECT count(*) AS claimed FROM pgq_claim('w4', 10, '1 hour');
 RESET search_path;
 RESET ROLE;
+SELECT state, last_error FROM pgqueue.queue WHERE id = :'e6';
 -- the jobs are in pgqueue's tables with real timestamps, none in the traps
 SELECT j.payload, j.state, j.tries, q.dedup_key,
        j.created BETWEEN pg_catalog.now() - interval '1 hour' AND pg_catalog.now() AS real_created,

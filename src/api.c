@@ -30,6 +30,7 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
@@ -101,6 +102,41 @@ pgq_keep_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 		*cache = plan;
 	}
 	return *cache;
+}
+
+/*
+ * SPI_connect for the functions without SET clauses (the per-job calls,
+ * whose C paths resolve no name through search_path; pgqueue--1.1.sql):
+ * their SQL statements, which run on rare paths only (a dedup push, a
+ * steal), get what the SET clauses give the others: search_path =
+ * pg_catalog, pg_temp, so that nothing on the caller's search_path can
+ * hijack an operator or function, and the planner settings of their kept
+ * plans.  Returns the GUC nest level for pgq_spi_finish.
+ */
+int
+pgq_spi_connect(void)
+{
+	int			nest;
+
+	SPI_connect();
+	nest = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_seqscan", "off", PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("jit", "off", PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	return nest;
+}
+
+/* End what pgq_spi_connect began. */
+void
+pgq_spi_finish(int nest)
+{
+	AtEOXact_GUC(true, nest);
+	SPI_finish();
 }
 
 /*
@@ -422,8 +458,7 @@ pgq_push(PG_FUNCTION_ARGS)
 		SPIPlanPtr	plan;
 		SPIPlanPtr	find;
 		Datum		fargs[2] = {args[1], args[5]};
-
-		SPI_connect();
+		int			nest = pgq_spi_connect();
 		plan = pgq_keep_plan(&plan_push_dedup,
 							 "INSERT INTO pgqueue.queue (id, queue, payload, run_after, priority, dedup_key)"
 										 " VALUES ($1, $2, $3, coalesce($4, pg_catalog.now()), $5, $6)"
@@ -461,7 +496,7 @@ pgq_push(PG_FUNCTION_ARGS)
 				result = SPI_palloc(sizeof(pg_uuid_t));
 				memcpy(result, DatumGetUUIDP(d), sizeof(pg_uuid_t));
 				/* an existing job: nothing new, no count, no wake-up */
-				SPI_finish();
+				pgq_spi_finish(nest);
 				PG_RETURN_UUID_P(result);
 			}
 		}
@@ -471,7 +506,7 @@ pgq_push(PG_FUNCTION_ARGS)
 					 errmsg("could not push job with dedup_key \"%s\": it kept conflicting with a concurrent job",
 							dedup_key),
 					 errhint("Retry the transaction.")));
-		SPI_finish();
+		pgq_spi_finish(nest);
 	}
 
 	pgq_count(PGQ_PUSHED, 1);

@@ -116,6 +116,8 @@
 #define PGQ_FULL_COST		20
 #define PGQ_FULL_MAX_MS		30000
 
+static const char *const pgq_bound_names[PGQ_NUM_BOUNDS] = {"READY", "LEASE", "SCHED"};
+
 static const PgqKey pgq_key_min = {PG_INT64_MIN, DT_NOBEGIN};
 static const PgqKey pgq_key_max = {PG_INT64_MAX, DT_NOEND};
 
@@ -239,11 +241,16 @@ pgq_bound_end(PgqScan *scan, PgqKey first)
 	}
 	if (scan->owns_full)
 	{
-		int64		wait = Max(now - scan->began, 0) * PGQ_FULL_COST;
+		int64		took = Max(now - scan->began, 0);
+		int64		wait = took * PGQ_FULL_COST;
 
 		wait = Max(wait, PGQ_FULL_CHECK_MS * INT64CONST(1000));
 		wait = Min(wait, PGQ_FULL_MAX_MS * INT64CONST(1000));
 		st->next_full = now + wait;
+		SpinLockRelease(&slot->bound_mutex);
+		elog(DEBUG1, "pgqueue: full walk of the %s bound took " INT64_FORMAT " us; the next in " INT64_FORMAT " ms",
+			 pgq_bound_names[scan->id], took, wait / 1000);
+		return;
 	}
 	SpinLockRelease(&slot->bound_mutex);
 }

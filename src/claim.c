@@ -25,7 +25,10 @@
  * merge the walks in (created, batch_order) order, so exactly the first
  * max_items claimable rows of those queues are taken.  Walks start at the
  * PGQ_BOUND_READY bound (bounds.c), not at the left end of the index, where
- * the entries of claimed rows pile up until VACUUM removes them.
+ * the entries of claimed rows pile up until VACUUM removes them; a filtered
+ * claim first probes work_queue_ready_idx for the first claimable row of
+ * any queue, which keeps the bound up to date where every claim is
+ * filtered.
  *
  * Jobs whose lease ran out are rare: one probe of work_queue_lease_idx
  * (from the PGQ_BOUND_LEASE bound up to now) decides whether the statement
@@ -332,6 +335,40 @@ pgq_walk_next(ReadyWalk *w, PgqTable *t)
 }
 
 /*
+ * The created of the first never-claimed row of any queue from start on
+ * (DT_NOBEGIN: the left end), as w's snapshot sees it; DT_NOEND when there
+ * is none.  A walk of work_queue_ready_idx that locks nothing: it passes
+ * only entries whose rows are claimed or gone, so it may raise the READY
+ * bound (bounds.c, rule 1), which the walks of claims filtered by queue
+ * cannot.
+ */
+static TimestampTz
+pgq_ready_probe(PgqWrite *w, TimestampTz start)
+{
+	PgqTable   *t = &w->work;
+	Relation	idx = index_open(pgq_relid(RelationGetNamespace(t->rel), "work_queue_ready_idx"),
+								 AccessShareLock);
+	ReadyWalk	rw;
+	ScanKeyData key;
+	TimestampTz first = DT_NOEND;
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTGreaterEqualStrategyNumber,
+						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+						   TimestampTzGetDatum(start));
+	memset(&rw, 0, sizeof(rw));
+	rw.scan = index_beginscan(t->rel, idx, w->snapshot, start != DT_NOBEGIN ? 1 : 0, 0);
+	index_rescan(rw.scan, &key, start != DT_NOBEGIN ? 1 : 0, NULL, 0);
+	rw.slot = t->found;
+	pgq_walk_next(&rw, t);
+	if (rw.valid)
+		first = rw.created;
+	ExecClearTuple(t->found);
+	index_endscan(rw.scan);
+	index_close(idx, NoLock);
+	return first;
+}
+
+/*
  * Lock up to max_items never-claimed (or released) rows of
  * pgqueue.work_queue, of the given queues when queues is not NULL, in
  * scheduling order, and put their tids into tids[]; returns how many.  The
@@ -357,14 +394,22 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 							   queues ? "work_queue_queue_ready_idx" : "work_queue_ready_idx"),
 					 AccessShareLock);
 
-	/*
-	 * The bound is read before the snapshot is taken (bounds.c); a walk of
-	 * some queues only can lower it, not raise it.
-	 */
-	pgq_bound_begin(PGQ_BOUND_READY, queues == NULL, &bscan);
+	/* the bound is read before the snapshot is taken (bounds.c) */
+	pgq_bound_begin(PGQ_BOUND_READY, true, &bscan);
 	pgq_write_new_snapshot(w);
 	from_bound = (bscan.start.hi == 0);	/* a time key, not the lowest key */
 	bound = bscan.start.lo;
+	if (queues != NULL)
+	{
+		/*
+		 * The walks of some queues cannot raise the bound (they do not see
+		 * the others): a probe of every queue's index does, and the walks
+		 * start at what it found.
+		 */
+		bound = pgq_ready_probe(w, from_bound ? bound : DT_NOBEGIN);
+		pgq_bound_end(&bscan, pgq_time_key(bound));
+		from_bound = true;
+	}
 
 	if (queues == NULL)
 	{
@@ -454,7 +499,8 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 	 * Every row before "stop" is claimed or gone as of the snapshot; when the
 	 * walk ran out, every row is (bounds.c, rule 1).
 	 */
-	pgq_bound_end(&bscan, pgq_time_key(stop));
+	if (queues == NULL)
+		pgq_bound_end(&bscan, pgq_time_key(stop));
 
 	for (i = 0; i < nwalks; i++)
 	{
@@ -601,6 +647,7 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 	TimestampTz first_expired;
 	TimestampTz expired;
 	PgqScan		lscan;
+	int			nest;
 
 	pgq_write_begin(&w, "pgq_claim", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
 
@@ -628,7 +675,7 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 		n[3] = c->queues ? ' ' : 'n';
 		a[4] = TimestampTzGetDatum(now);
 		a[5] = TimestampTzGetDatum(expired);
-		SPI_connect();
+		nest = pgq_spi_connect();
 		for (;;)
 		{
 			int64		failed_before = failed;
@@ -642,7 +689,7 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 			if (failed == failed_before || stolen >= c->max_items)
 				break;
 		}
-		SPI_finish();
+		pgq_spi_finish(nest);
 	}
 
 	if (stolen < c->max_items)

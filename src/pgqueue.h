@@ -241,6 +241,8 @@ extern void pgq_uuid7(pg_uuid_t *uuid);
 extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
 								int nargs, Oid *argtypes);
 extern PgqLayout pgq_layout(void);
+extern int	pgq_spi_connect(void);
+extern void pgq_spi_finish(int nest);
 extern int64 pgq_interval_usecs(Datum interval);
 extern TimestampTz pgq_deadline(TimestampTz from, Datum interval);
 

@@ -178,6 +178,20 @@ SELECT string_agg(pg_get_indexdef(indexrelid), E'\n' ORDER BY 1)
   FROM pg_index WHERE indrelid::regclass::text LIKE 'pgqueue.%'};
 is($node->safe_psql('postgres', $indexes), $node->safe_psql('fresh', $indexes),
 	'and the same indexes');
+my $functions = q{
+SELECT string_agg(format('%s secdef=%s config=%s acl=%s %s', p.oid::regprocedure,
+                         p.prosecdef, p.proconfig, p.proacl, p.prosrc), E'\n'
+                  ORDER BY p.oid::regprocedure::text)
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pgqueue'};
+is($node->safe_psql('postgres', $functions), $node->safe_psql('fresh', $functions),
+	'the same functions, settings and privileges');
+my $acls = q{
+SELECT string_agg(format('%s %s', c.relname, c.relacl), E'\n' ORDER BY c.relname)
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace};
+is($node->safe_psql('postgres', $acls), $node->safe_psql('fresh', $acls),
+	'and the same privileges on tables and views');
 
 $node->stop;
 done_testing();
