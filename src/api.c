@@ -66,7 +66,6 @@ static void pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname)
 static int64 pgq_interval_arg(FunctionCallInfo fcinfo, int argno,
 							  const char *argname, int64 min_usecs,
 							  int64 max_usecs, const char *max_text);
-static int	pgq_max_items_arg(FunctionCallInfo fcinfo, int argno);
 static void pgq_check_payload(Jsonb *payload);
 static void pgq_check_run_after(TimestampTz run_after);
 static ArrayType *pgq_queues_arg(FunctionCallInfo fcinfo, int argno);
@@ -303,8 +302,8 @@ pgq_ids_arg(FunctionCallInfo fcinfo, int argno, int *n)
 	return elems;
 }
 
-/* max_items: required, 1 .. PGQ_MAX_ITEMS. */
-static int
+/* max_items: required, 1 .. PGQ_MAX_ITEMS (pgq_claim, pgq_schedule). */
+int
 pgq_max_items_arg(FunctionCallInfo fcinfo, int argno)
 {
 	int32		n;
@@ -729,52 +728,46 @@ pgq_nack(PG_FUNCTION_ARGS)
 /*
  * The statement of pgq_release: every work_queue row held by $1 is released
  * (claimable at once), or, on its last try, deleted and its job failed.
- * Returns how many of each, and the earliest created of the rows released.  In 1.1 the job rows of released jobs get their
- * attempt count and version back from work_queue too.
+ * Returns how many of each, and the earliest created of the rows released.
+ * In 1.1 the job rows of released jobs get their attempt count and version
+ * back from work_queue too.
  */
-#define RELEASE_TAIL(TRIES, VERSION) \
+#define RELEASE_REST \
 " rel AS (" \
 "  UPDATE pgqueue.work_queue w" \
 "     SET lock_key = NULL, lock_timeout = NULL, started = NULL" \
-"   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE NOT r.last_try))" \
-"  RETURNING w.id, w.created)," \
-" dw AS (" \
-"  DELETE FROM pgqueue.work_queue w" \
-"   WHERE w.id = ANY (ARRAY(SELECT r.id FROM r WHERE r.last_try))" \
-"  RETURNING w.id)," \
-" dq AS (" \
-"  UPDATE pgqueue.queue q" \
-"     SET state = 'failed', tries = " TRIES ", version = " VERSION "," \
-"         last_error = pg_catalog.format('released by %s on try %s of %s'," \
-"                                        $1, r.tries, r.max_tries)" \
-"    FROM r" \
-"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw)) AND r.id = q.id" \
-"  RETURNING q.id)"
+"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE NOT j.last_try))" \
+"  RETURNING w.id, w.created),"
+
+#define RELEASE_REASON \
+"pg_catalog.format('released by %s on try %s of %s', $1, j.tries, j.max_tries)"
 
 static const char *const release_sql[2] = {
-	"WITH r AS ("
-	"  SELECT w.id, q.tries, q.max_tries, q.tries >= q.max_tries AS last_try"
-	"    FROM pgqueue.work_queue w CROSS JOIN LATERAL ("
-	"         SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s"
-	"                                    WHERE s.queue = q.queue), 5) AS max_tries"
-	"           FROM pgqueue.queue q WHERE q.id = w.id LIMIT 1) q"
-	"   WHERE w.lock_key = $1"
-	"     FOR UPDATE OF w),"
-	RELEASE_TAIL("q.tries", "q.version + 1")
+	"WITH l AS ("
+	"  SELECT w.id FROM pgqueue.work_queue w WHERE w.lock_key = $1 FOR UPDATE OF w),"
+	" j0 AS ("
+	"  SELECT l.id, q.tries, NULL::int AS version, q.max_tries,"
+	"         q.tries >= q.max_tries AS last_try"
+	"    FROM l " PGQ_SQL_JOB_TRIES_10("l") "),"
+	" j AS (SELECT j.*, " RELEASE_REASON " AS reason FROM j0 j),"
+	RELEASE_REST
+	PGQ_SQL_FAIL_LAST_TRIES("q.tries", "q.version + 1")
 	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int,"
 	"        (SELECT min(rel.created) FROM rel)",
 
-	"WITH r AS ("
-	"  SELECT w.id, w.tries, w.version, coalesce(s.max_tries, 5) AS max_tries,"
-	"         w.tries >= coalesce(s.max_tries, 5) AS last_try"
+	"WITH j0 AS ("
+	"  SELECT w.id, w.tries, w.version, " PGQ_SQL_MAX_TRIES " AS max_tries,"
+	"         w.tries >= " PGQ_SQL_MAX_TRIES " AS last_try"
 	"    FROM pgqueue.work_queue w LEFT JOIN pgqueue.queues s ON s.queue = w.queue"
 	"   WHERE w.lock_key = $1"
 	"     FOR UPDATE OF w),"
-	RELEASE_TAIL("r.tries", "r.version + 1") ","
+	" j AS (SELECT j.*, " RELEASE_REASON " AS reason FROM j0 j),"
+	RELEASE_REST
+	PGQ_SQL_FAIL_LAST_TRIES("j.tries", "j.version + 1") ","
 	" sync AS ("
-	"  UPDATE pgqueue.queue q SET tries = r.tries, version = r.version"
-	"    FROM r"
-	"   WHERE q.id = ANY (ARRAY(SELECT rel.id FROM rel)) AND r.id = q.id)"
+	"  UPDATE pgqueue.queue q SET tries = j.tries, version = j.version"
+	"    FROM j"
+	"   WHERE q.id = ANY (ARRAY(SELECT rel.id FROM rel)) AND j.id = q.id)"
 	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int,"
 	"        (SELECT min(rel.created) FROM rel)"
 };
@@ -876,7 +869,8 @@ pgq_configure(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (SPI_execute_plan(pgq_keep_plan(&plan_configure,
 									   "INSERT INTO pgqueue.queues AS s (queue, weight, max_in_flight, max_tries, paused)"
-									   " VALUES ($1, coalesce($2, 1), coalesce($3, 0), coalesce($4, 5), coalesce($5, false))"
+									   " VALUES ($1, coalesce($2, 1), coalesce($3, 0),"
+									   "         coalesce($4, " CppAsString2(PGQ_DEFAULT_MAX_TRIES) "), coalesce($5, false))"
 									   " ON CONFLICT (queue) DO UPDATE"
 									   "   SET weight = coalesce($2, s.weight),"
 									   "       max_in_flight = coalesce($3, s.max_in_flight),"

@@ -13,8 +13,7 @@
  * which is locked and only then re-checked.  The re-check fails (the row is
  * claimed) and the row is left out, yet it stays locked until the claiming
  * transaction ends, and the worker that really holds the job then waits
- * for that stranger's commit when it acks (measured under 4 consumers: the
- * ack statement averaged 1.3 ms, most of it in XactLockTableWait).  Here
+ * for that stranger's commit when it acks.  Here
  * each candidate is locked as the version the snapshot sees, without
  * following updates: a row that changed since, or that another transaction
  * holds, is skipped and never locked.  The rows locked are then leased by a
@@ -133,23 +132,12 @@ static const char *const claim_stolen_sql[2] = {
 	/* 1.0 */
 	CLAIM_STOLEN_EXPIRED("")
 	" j AS ("
-	"  SELECT e.id, e.old_key, q.tries, q.max_tries, q.tries >= q.max_tries AS last_try"
-	"    FROM e CROSS JOIN LATERAL ("
-	"         SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s"
-	"                                    WHERE s.queue = q.queue), 5) AS max_tries"
-	"           FROM pgqueue.queue q WHERE q.id = e.id LIMIT 1) q),"
-	" dw AS ("
-	"  DELETE FROM pgqueue.work_queue w"
-	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE j.last_try))"
-	"  RETURNING w.id),"
-	" dq AS ("
-	"  UPDATE pgqueue.queue q"
-	"     SET state = 'failed', version = q.version + 1,"
-	"         last_error = (SELECT pg_catalog.format('lease of %s expired on try %s of %s',"
-	"                                                j.old_key, j.tries, j.max_tries)"
-	"                         FROM j WHERE j.id = q.id)"
-	"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw))"
-	"  RETURNING q.id),"
+	"  SELECT e.id, q.tries, NULL::int AS version, q.max_tries,"
+	"         q.tries >= q.max_tries AS last_try,"
+	"         pg_catalog.format('lease of %s expired on try %s of %s',"
+	"                           e.old_key, q.tries, q.max_tries) AS reason"
+	"    FROM e " PGQ_SQL_JOB_TRIES_10("e") "),"
+	PGQ_SQL_FAIL_LAST_TRIES("q.tries", "q.version + 1") ","
 	" c AS (SELECT j.id FROM j WHERE NOT j.last_try),"
 	" cj AS ("
 	"  UPDATE pgqueue.queue q SET tries = q.tries + 1, version = q.version + 1"
@@ -169,21 +157,12 @@ static const char *const claim_stolen_sql[2] = {
 	/* 1.1 */
 	CLAIM_STOLEN_EXPIRED(", w.tries, w.version")
 	" j AS ("
-	"  SELECT e.id, e.old_key, e.tries, e.version, coalesce(s.max_tries, 5) AS max_tries,"
-	"         e.tries >= coalesce(s.max_tries, 5) AS last_try"
+	"  SELECT e.id, e.tries, e.version, " PGQ_SQL_MAX_TRIES " AS max_tries,"
+	"         e.tries >= " PGQ_SQL_MAX_TRIES " AS last_try,"
+	"         pg_catalog.format('lease of %s expired on try %s of %s',"
+	"                           e.old_key, e.tries, " PGQ_SQL_MAX_TRIES ") AS reason"
 	"    FROM e LEFT JOIN pgqueue.queues s ON s.queue = e.queue),"
-	" dw AS ("
-	"  DELETE FROM pgqueue.work_queue w"
-	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE j.last_try))"
-	"  RETURNING w.id),"
-	" dq AS ("
-	"  UPDATE pgqueue.queue q"
-	"     SET state = 'failed', tries = j.tries, version = j.version + 1,"
-	"         last_error = pg_catalog.format('lease of %s expired on try %s of %s',"
-	"                                        j.old_key, j.tries, j.max_tries)"
-	"    FROM j"
-	"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw)) AND j.id = q.id"
-	"  RETURNING q.id),"
+	PGQ_SQL_FAIL_LAST_TRIES("j.tries", "j.version + 1") ","
 	" cw AS ("
 	"  UPDATE pgqueue.work_queue w"
 	"     SET lock_key = $1, started = $5, lock_timeout = $5 + $3,"
@@ -369,57 +348,31 @@ pgq_ready_probe(PgqWrite *w, TimestampTz start)
 }
 
 /*
- * Lock up to max_items never-claimed (or released) rows of
- * pgqueue.work_queue, of the given queues when queues is not NULL, in
- * scheduling order, and put their tids into tids[]; returns how many.  The
- * rows stay locked until the transaction ends.  Takes w's snapshot anew,
- * after reading the PGQ_BOUND_READY bound (bounds.c).
+ * Begin the walks of a claim over idx from the created start (DT_NOBEGIN:
+ * the left end): one of work_queue_ready_idx, or with queues one of
+ * work_queue_queue_ready_idx per distinct queue name, each standing on its
+ * first ready row.  Returns them, their number in *nwalks.
  */
-static int
-pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *tids)
+static ReadyWalk *
+pgq_walks_begin(PgqWrite *w, Relation idx, ArrayType *queues, TimestampTz start,
+				int *nwalks)
 {
 	PgqTable   *t = &w->work;
-	Relation	idx;
 	ReadyWalk  *walks;
-	int			nwalks = 0;
-	int			ntids = 0;
-	int			i;
-	PgqScan		bscan;
-	bool		from_bound;
-	TimestampTz bound;
-	TimestampTz stop = DT_NOEND;	/* created of the first row not passed */
 	ScanKeyData keys[2];
+	int			nstart = start != DT_NOBEGIN ? 1 : 0;
+	int			i;
 
-	idx = index_open(pgq_relid(RelationGetNamespace(t->rel),
-							   queues ? "work_queue_queue_ready_idx" : "work_queue_ready_idx"),
-					 AccessShareLock);
-
-	/* the bound is read before the snapshot is taken (bounds.c) */
-	pgq_bound_begin(PGQ_BOUND_READY, true, &bscan);
-	pgq_write_new_snapshot(w);
-	from_bound = (bscan.start.hi == 0);	/* a time key, not the lowest key */
-	bound = bscan.start.lo;
-	if (queues != NULL)
-	{
-		/*
-		 * The walks of some queues cannot raise the bound (they do not see
-		 * the others): a probe of every queue's index does, and the walks
-		 * start at what it found.
-		 */
-		bound = pgq_ready_probe(w, from_bound ? bound : DT_NOBEGIN);
-		pgq_bound_end(&bscan, pgq_time_key(bound));
-		from_bound = true;
-	}
-
+	*nwalks = 0;
 	if (queues == NULL)
 	{
 		ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
 							   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
-							   TimestampTzGetDatum(bound));
+							   TimestampTzGetDatum(start));
 		walks = palloc0(sizeof(ReadyWalk));
-		walks[0].scan = index_beginscan(t->rel, idx, w->snapshot, from_bound ? 1 : 0, 0);
-		index_rescan(walks[0].scan, keys, from_bound ? 1 : 0, NULL, 0);
-		nwalks = 1;
+		walks[0].scan = index_beginscan(t->rel, idx, w->snapshot, nstart, 0);
+		index_rescan(walks[0].scan, keys, nstart, NULL, 0);
+		*nwalks = 1;
 	}
 	else
 	{
@@ -447,24 +400,54 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 								   F_TEXTEQ, names[i]);
 			ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterEqualStrategyNumber,
 								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
-								   TimestampTzGetDatum(bound));
-			walks[nwalks].scan = index_beginscan(t->rel, idx, w->snapshot, from_bound ? 2 : 1, 0);
-			index_rescan(walks[nwalks].scan, keys, from_bound ? 2 : 1, NULL, 0);
-			nwalks++;
+								   TimestampTzGetDatum(start));
+			walks[*nwalks].scan = index_beginscan(t->rel, idx, w->snapshot, 1 + nstart, 0);
+			index_rescan(walks[*nwalks].scan, keys, 1 + nstart, NULL, 0);
+			(*nwalks)++;
 		}
 	}
-
-	for (i = 0; i < nwalks; i++)
+	for (i = 0; i < *nwalks; i++)
 	{
 		walks[i].slot = table_slot_create(t->rel, NULL);
 		pgq_walk_next(&walks[i], t);
 	}
+	return walks;
+}
 
+static void
+pgq_walks_end(ReadyWalk *walks, int nwalks)
+{
+	int			i;
+
+	for (i = 0; i < nwalks; i++)
+	{
+		ExecDropSingleTupleTableSlot(walks[i].slot);
+		index_endscan(walks[i].scan);
+	}
+}
+
+/*
+ * Merge the walks in (created, batch_order) order and lock up to max_items
+ * of their rows, each as the version the snapshot sees (never following it
+ * to a newer one), skipping rows changed since or held by another
+ * transaction; put the tids into tids[] and return how many.  *stop is the
+ * created of the first row not passed (bounds.c, rule 1): taken here, or
+ * held by another transaction; DT_NOEND when the walks ran out.
+ */
+static int
+pgq_lock_merged(PgqWrite *w, ReadyWalk *walks, int nwalks, int max_items,
+				ItemPointerData *tids, TimestampTz *stop)
+{
+	PgqTable   *t = &w->work;
+	int			ntids = 0;
+
+	*stop = DT_NOEND;
 	while (ntids < max_items)
 	{
 		ReadyWalk  *best = NULL;
 		TM_FailureData tmfd;
 		TM_Result	res;
+		int			i;
 
 		for (i = 0; i < nwalks; i++)
 		{
@@ -478,35 +461,59 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 		if (best == NULL)
 			break;
 
-		/* the version we saw, or nothing: never follow it to a newer one */
 		res = table_tuple_lock(t->rel, &best->slot->tts_tid, w->snapshot, t->found,
 							   w->cid, LockTupleExclusive, LockWaitSkip, 0, &tmfd);
 
-		/*
-		 * Rows changed since the snapshot (TM_Updated, TM_Deleted: claimed,
-		 * gone) may be passed; a row taken here or held by another
-		 * transaction may not.
-		 */
-		if (res != TM_Updated && res != TM_Deleted && stop == DT_NOEND)
-			stop = best->created;
+		/* rows changed since the snapshot (claimed, gone) may be passed */
+		if (res != TM_Updated && res != TM_Deleted && *stop == DT_NOEND)
+			*stop = best->created;
 		if (res == TM_Ok)
 			tids[ntids++] = t->found->tts_tid;
 		pgq_walk_next(best, t);
 	}
 	ExecClearTuple(t->found);
+	return ntids;
+}
 
-	/*
-	 * Every row before "stop" is claimed or gone as of the snapshot; when the
-	 * walk ran out, every row is (bounds.c, rule 1).
-	 */
+/*
+ * Lock up to max_items never-claimed (or released) rows of
+ * pgqueue.work_queue, of the given queues when queues is not NULL, in
+ * scheduling order, and put their tids into tids[]; returns how many.  The
+ * rows stay locked until the transaction ends.  The walks start at the
+ * PGQ_BOUND_READY bound, read before w's snapshot is taken anew
+ * (bounds.c).  A walk of some queues cannot raise the bound (it does not
+ * see the others): a probe of every queue's index does, and the walks of
+ * the claim's queues start at what it found.
+ */
+static int
+pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *tids)
+{
+	Relation	idx;
+	ReadyWalk  *walks;
+	int			nwalks;
+	int			ntids;
+	PgqScan		bscan;
+	TimestampTz start;
+	TimestampTz stop;
+
+	idx = index_open(pgq_relid(RelationGetNamespace(w->work.rel),
+							   queues ? "work_queue_queue_ready_idx" : "work_queue_ready_idx"),
+					 AccessShareLock);
+	pgq_bound_begin(PGQ_BOUND_READY, true, &bscan);
+	pgq_write_new_snapshot(w);
+	start = bscan.start.hi == 0 ? bscan.start.lo : DT_NOBEGIN;	/* not the lowest key */
+	if (queues != NULL)
+	{
+		start = pgq_ready_probe(w, start);
+		pgq_bound_end(&bscan, pgq_time_key(start));
+	}
+
+	walks = pgq_walks_begin(w, idx, queues, start, &nwalks);
+	ntids = pgq_lock_merged(w, walks, nwalks, max_items, tids, &stop);
+	pgq_walks_end(walks, nwalks);
 	if (queues == NULL)
 		pgq_bound_end(&bscan, pgq_time_key(stop));
 
-	for (i = 0; i < nwalks; i++)
-	{
-		ExecDropSingleTupleTableSlot(walks[i].slot);
-		index_endscan(walks[i].scan);
-	}
 	index_close(idx, NoLock);
 	return ntids;
 }

@@ -43,6 +43,38 @@
 /* max_tries of a queue without settings (pgq_configure, pgqueue.queues) */
 #define PGQ_DEFAULT_MAX_TRIES	5
 
+/* A queue's max_tries in SQL, s being its pgqueue.queues row (or NULL). */
+#define PGQ_SQL_MAX_TRIES "coalesce(s.max_tries, " CppAsString2(PGQ_DEFAULT_MAX_TRIES) ")"
+
+/*
+ * The jobs found on their last try fail: the CTEs that end the statements
+ * that steal expired leases (claim.c) and release a holder's jobs (api.c).
+ * Each builds a CTE "j" (id, tries, version, max_tries, last_try, reason)
+ * of the work_queue rows it locked; of those on their last try, these
+ * delete the work_queue rows (dw) and set the jobs 'failed' with last_error
+ * = reason (dq).  TRIES and VERSION are what the job row gets: its own
+ * (1.0, where a claim wrote them there) or j's (1.1, from work_queue).
+ */
+#define PGQ_SQL_FAIL_LAST_TRIES(TRIES, VERSION) \
+" dw AS (" \
+"  DELETE FROM pgqueue.work_queue w" \
+"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE j.last_try))" \
+"  RETURNING w.id)," \
+" dq AS (" \
+"  UPDATE pgqueue.queue q" \
+"     SET state = 'failed', tries = " TRIES ", version = " VERSION "," \
+"         last_error = j.reason" \
+"    FROM j" \
+"   WHERE q.id = ANY (ARRAY(SELECT dw.id FROM dw)) AND j.id = q.id" \
+"  RETURNING q.id)"
+
+/* 1.0: the attempt count and max_tries of the job of CTE row "x". */
+#define PGQ_SQL_JOB_TRIES_10(X) \
+"CROSS JOIN LATERAL (" \
+"  SELECT q.tries, coalesce((SELECT s.max_tries FROM pgqueue.queues s" \
+"                             WHERE s.queue = q.queue), " CppAsString2(PGQ_DEFAULT_MAX_TRIES) ") AS max_tries" \
+"    FROM pgqueue.queue q WHERE q.id = " X ".id LIMIT 1) q" 
+
 /* GUCs, defined in pgqueue.c */
 extern char *pgqueue_database;
 extern int	pgqueue_naptime;
@@ -241,6 +273,7 @@ extern void pgq_uuid7(pg_uuid_t *uuid);
 extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
 								int nargs, Oid *argtypes);
 extern PgqLayout pgq_layout(void);
+extern int	pgq_max_items_arg(FunctionCallInfo fcinfo, int argno);
 extern int	pgq_spi_connect(void);
 extern void pgq_spi_finish(int nest);
 extern int64 pgq_interval_usecs(Datum interval);

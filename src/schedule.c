@@ -334,19 +334,8 @@ pgq_schedule_pass(int max_items)
 Datum
 pgq_schedule(PG_FUNCTION_ARGS)
 {
-	int32		max_items;
+	int			max_items = pgq_max_items_arg(fcinfo, 0);
 	int			moved;
-
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("max_items must not be null")));
-	max_items = PG_GETARG_INT32(0);
-	if (max_items < 1 || max_items > PGQ_MAX_ITEMS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_items must be between 1 and %d", PGQ_MAX_ITEMS),
-				 errdetail("max_items was %d.", max_items)));
 
 	SPI_connect();
 	moved = pgq_schedule_pass(max_items);
