@@ -392,9 +392,9 @@ pgq_queues_arg(FunctionCallInfo fcinfo, int argno)
  */
 
 /*
- * The jobs pgq_push and pgq_push_batch insert (run_after is argument 2,
- * priority argument 3 of both) are ready below the scheduling bound when
- * they commit: lower it to their key.
+ * The jobs pgq_push and pgq_push_batch insert (queue is argument 0,
+ * run_after argument 2, priority argument 3 of both) are ready when they
+ * commit (publish.c).
  */
 static void
 pgq_push_lower_at_commit(FunctionCallInfo fcinfo)
@@ -403,7 +403,7 @@ pgq_push_lower_at_commit(FunctionCallInfo fcinfo)
 
 	k.hi = -(int64) PG_GETARG_INT32(3);
 	k.lo = PG_ARGISNULL(2) ? GetCurrentTransactionStartTimestamp() : PG_GETARG_TIMESTAMPTZ(2);
-	pgq_bound_lower_at_commit(PGQ_BOUND_SCHED, k);
+	pgq_ready_at_commit(PG_GETARG_TEXT_PP(0), k);
 }
 
 /*
@@ -882,6 +882,7 @@ pgq_configure(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	/* unpausing or raising a cap can make jobs schedulable */
+	pgq_settings_changed_at_commit();
 	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
 	PG_RETURN_VOID();
 }

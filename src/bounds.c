@@ -69,11 +69,18 @@
  *	   whatever becomes of its set.
  *
  * The paths, and how each keeps the invariant:
- *	 push, push_batch   SCHED: their jobs count when they commit: rule 3.
+ *	 push, push_batch   SCHED: their jobs count when they commit: rule 3
+ *						(pgq_ready_at_commit, which also leaves the note
+ *						that tells the scheduling processes the queue).
  *	 scheduling pass    SCHED: its jobs stop counting: rule 4 (held).
  *						READY: its work_queue rows count when it commits,
  *						created >= the pass's start: rule 3 (to the start).
- *						It walks every queue: rules 1, 2, 6, 7.
+ *						Between full walks a pass walks only the queues it
+ *						takes jobs from, each from a head its process keeps
+ *						by the same rules (schedule.c); SCHED is where a
+ *						process that rebuilds its view starts each queue,
+ *						and is raised only then, to the lowest head: rules
+ *						1, 2, 6, 7.
  *	 claim, steal       READY rows stop counting, LEASE rows start (their
  *						deadline, which counts as a lowering only when it
  *						has already passed at commit: a walk that missed

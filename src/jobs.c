@@ -271,6 +271,7 @@ typedef struct NackArgs
 	bool		has_retry_in;
 	Datum		retry_in;
 	double		jitter;
+	text	   *queue;			/* out: the job's queue */
 	bool		failed;			/* out: the new state */
 	int64		np;				/* out: key of queue_ready_idx, if retry */
 	TimestampTz run_after;
@@ -291,6 +292,7 @@ pgq_nack_build(PgqTable *t, void *arg)
 		version = DatumGetInt32(pgq_get(t, t->found, PGQ_COL_VERSION, &isnull));
 	}
 	a->failed = tries >= a->max_tries;
+	a->queue = DatumGetTextPCopy(pgq_get(t, t->found, PGQ_COL_QUEUE, &isnull));
 	a->np = -(int64) DatumGetInt32(pgq_get(t, t->found, PGQ_COL_PRIORITY, &isnull));
 	a->run_after = DatumGetTimestampTz(pgq_get(t, t->found, PGQ_COL_RUN_AFTER, &isnull));
 	if (!a->failed)
@@ -366,13 +368,13 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 		pgq_count(PGQ_FAILED, 1);
 		return "failed";
 	}
-	/* ready again when this commits (bounds.c) */
+	/* ready again when this commits */
 	{
 		PgqKey		k;
 
 		k.hi = a.np;
 		k.lo = a.run_after;
-		pgq_bound_lower_at_commit(PGQ_BOUND_SCHED, k);
+		pgq_ready_at_commit(a.queue, k);
 	}
 	if (a.run_after <= GetCurrentTimestamp())
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);

@@ -154,6 +154,11 @@ extern void pgq_count(PgqCounter counter, int64 n);
 extern void pgq_count_now(PgqCounter counter, int64 n);
 extern void pgq_wake_at_commit(int what);
 extern void pgq_claimable_at_commit(int64 n);
+extern void pgq_ready_at_commit(text *queue, PgqKey key);
+extern void pgq_settings_changed_at_commit(void);
+extern int	pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys);
+extern int	pgq_own_ready(char ***names, PgqKey **keys);
+extern uint64 pgq_settings_generation(void);
 extern void pgq_prepare_wait(bool filtered);
 extern void pgq_wait_for_work(TimestampTz until);
 extern void pgq_end_wait(bool completed);
@@ -169,6 +174,7 @@ extern void pgq_bounds_at_xact_end(bool commit);
 
 /* schedule.c; caller must be connected to SPI inside a transaction */
 extern int	pgq_schedule_pass(int max_items);
+extern void pgq_schedule_at_xact_end(bool commit);
 
 /* claim.c */
 extern void pgq_claim_jobs(ReturnSetInfo *rsinfo, text *key, int max_items,

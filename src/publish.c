@@ -60,6 +60,18 @@ typedef struct PgqSubCounts
 
 static PgqSubCounts *sub_counts = NULL;
 
+/*
+ * Queues this transaction made work ready in (pgq_ready_at_commit), written
+ * to the database's ring of notes at commit; more than PGQ_READY_NAMES
+ * distinct ones are written as one note meaning "every queue".
+ */
+#define PGQ_READY_NAMES 8
+static char pending_ready[PGQ_READY_NAMES][PGQ_MAX_NAME_BYTES + 1];
+static PgqKey pending_ready_key[PGQ_READY_NAMES];
+static int	pending_nready = 0;
+static bool pending_ready_all = false;
+static bool pending_settings = false;
+
 /* The blocking claim of this backend, while it waits (see pgq_prepare_wait). */
 static bool waiting = false;
 static bool waiting_filtered = false;
@@ -196,6 +208,161 @@ pgq_broadcast_claimers(void)
 }
 
 /*
+ * A job of queue becomes ready (pending or retry) with key (-priority,
+ * run_after) when the current transaction commits: the SCHED bound is
+ * lowered to the key (bounds.c) and the scheduling processes are told the
+ * queue (schedule.c reads the notes).
+ */
+void
+pgq_ready_at_commit(text *queue, PgqKey key)
+{
+	int			len = VARSIZE_ANY_EXHDR(queue);
+	int			i;
+
+	pgq_bound_lower_at_commit(PGQ_BOUND_SCHED, key);
+	if (pending_ready_all)
+		return;
+	if (len > PGQ_MAX_NAME_BYTES)
+	{
+		pending_ready_all = true;
+		return;
+	}
+	for (i = 0; i < pending_nready; i++)
+		if (strlen(pending_ready[i]) == len &&
+			memcmp(pending_ready[i], VARDATA_ANY(queue), len) == 0)
+		{
+			if (pgq_key_cmp(&key, &pending_ready_key[i]) < 0)
+				pending_ready_key[i] = key;
+			return;
+		}
+	if (pending_nready == PGQ_READY_NAMES)
+	{
+		pending_ready_all = true;
+		return;
+	}
+	memcpy(pending_ready[pending_nready], VARDATA_ANY(queue), len);
+	pending_ready[pending_nready][len] = '\0';
+	pending_ready_key[pending_nready] = key;
+	pending_nready++;
+}
+
+/* The current transaction changes queue settings (pgqueue.queues). */
+void
+pgq_settings_changed_at_commit(void)
+{
+	pending_settings = true;
+}
+
+/* Write the transaction's ready queues to the ring of notes (at commit). */
+static void
+pgq_write_ready_notes(PgqDbSlot *slot)
+{
+	int			n = pending_ready_all ? 1 : pending_nready;
+	int			i;
+
+	SpinLockAcquire(&slot->ready_mutex);
+	for (i = 0; i < n; i++)
+	{
+		PgqReadyNote *note = &slot->ready[slot->ready_seq % PGQ_READY_RING];
+
+		slot->ready_seq++;
+		note->seq = slot->ready_seq;
+		if (pending_ready_all)
+			note->queue[0] = '\0';
+		else
+		{
+			strcpy(note->queue, pending_ready[i]);
+			note->key = pending_ready_key[i];
+		}
+	}
+	SpinLockRelease(&slot->ready_mutex);
+}
+
+/*
+ * The notes written after note number *pos (the caller's position, 0 at
+ * first): their queue names and keys in *names and *keys (palloc'd), their
+ * number returned; *pos moves to the last.  Returns -1 when the caller fell
+ * more than the ring behind, or a note said "every queue": the caller walks
+ * every queue.  Also -1 without shared memory.
+ */
+int
+pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+	uint64		seq;
+	int			n = 0;
+	bool		all = false;
+
+	*names = NULL;
+	*keys = NULL;
+	if (slot == NULL)
+		return -1;
+	SpinLockAcquire(&slot->ready_mutex);
+	seq = slot->ready_seq;
+	if (seq - *pos > PGQ_READY_RING)
+		all = true;
+	else if (seq > *pos)
+	{
+		uint64		i;
+
+		*names = palloc(sizeof(char *) * (seq - *pos));
+		*keys = palloc(sizeof(PgqKey) * (seq - *pos));
+		for (i = *pos + 1; i <= seq && !all; i++)
+		{
+			/* note number i is in ready[(i - 1) % PGQ_READY_RING] */
+			PgqReadyNote *note = &slot->ready[(i - 1) % PGQ_READY_RING];
+
+			if (note->queue[0] == '\0')
+				all = true;
+			else
+			{
+				(*keys)[n] = note->key;
+				(*names)[n++] = pstrdup(note->queue);
+			}
+		}
+	}
+	SpinLockRelease(&slot->ready_mutex);
+	*pos = seq;
+	return all ? -1 : n;
+}
+
+/*
+ * The queues the current transaction made work ready in so far (visible to
+ * it before its notes are written at commit): their names and keys, their
+ * number returned, or -1 when it made work ready in more queues than it
+ * keeps.
+ */
+int
+pgq_own_ready(char ***names, PgqKey **keys)
+{
+	int			i;
+
+	*names = NULL;
+	*keys = NULL;
+	if (pending_ready_all)
+		return -1;
+	if (pending_nready == 0)
+		return 0;
+	*names = palloc(sizeof(char *) * pending_nready);
+	*keys = palloc(sizeof(PgqKey) * pending_nready);
+	for (i = 0; i < pending_nready; i++)
+	{
+		(*names)[i] = pending_ready[i];
+		(*keys)[i] = pending_ready_key[i];
+	}
+	return pending_nready;
+}
+
+/* The settings generation of this database (0 without shared memory). */
+uint64
+pgq_settings_generation(void)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+
+	return slot ? pg_atomic_read_u64(&slot->settings_gen) : 0;
+}
+
+/*
  * Register the transaction callbacks; every backend that loads the library
  * does this once, from _PG_init.
  */
@@ -220,6 +387,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
 	{
 		pgq_bounds_at_xact_end(true);
+		pgq_schedule_at_xact_end(true);
 		if (pgq_shared != NULL)
 		{
 			PgqDbSlot  *slot;
@@ -230,6 +398,15 @@ pgq_xact_callback(XactEvent event, void *arg)
 						pg_atomic_fetch_add_u64(&pgq_shared->counters[i],
 												pending_counts[i]);
 
+			if ((pending_nready > 0 || pending_ready_all || pending_settings) &&
+				(slot = pgq_my_slot()) != NULL)
+			{
+				/* before the wake-ups: a woken scheduler reads them */
+				if (pending_nready > 0 || pending_ready_all)
+					pgq_write_ready_notes(slot);
+				if (pending_settings)
+					pg_atomic_fetch_add_u64(&slot->settings_gen, 1);
+			}
 			if ((pending_wake != 0 || pending_claimable > 0) &&
 				(slot = pgq_my_slot()) != NULL)
 			{
@@ -252,11 +429,15 @@ pgq_xact_callback(XactEvent event, void *arg)
 		 * that a waiting claim skipped: let it look again.
 		 */
 		pgq_bounds_at_xact_end(false);
+		pgq_schedule_at_xact_end(false);
 		if (pending_wake & PGQ_WAKE_ON_ABORT)
 			pgq_broadcast_claimers();
 	}
 	else if (event == XACT_EVENT_PREPARE)
+	{
 		pgq_bounds_at_xact_end(false);	/* see bounds.c, rule 7 */
+		pgq_schedule_at_xact_end(false);	/* it may yet roll back */
+	}
 	else
 		return;
 
@@ -266,6 +447,9 @@ pgq_xact_callback(XactEvent event, void *arg)
 	pending_any = false;
 	pending_wake = 0;
 	pending_claimable = 0;
+	pending_nready = 0;
+	pending_ready_all = false;
+	pending_settings = false;
 	sub_counts = NULL;			/* freed with TopTransactionContext */
 }
 

@@ -7,168 +7,907 @@
  * A pass takes up to max_items jobs that are pending or retry, due
  * (run_after <= now), in a queue that is not paused and has room under its
  * max_in_flight.  Within a queue jobs go by priority (higher first), then
- * due time, then id.  Across queues the batch is shared by weighted fair
- * queuing: the k-th job of a queue of weight w gets the virtual time k / w
- * and the batch takes the smallest virtual times; batch_order follows them,
- * so claims interleave the queues too.
+ * due time, then id: the order of queue_ready_idx (queue, -priority,
+ * run_after, id).  Across queues, by weighted fair queuing (start-time fair
+ * queuing, kept across passes): each queue has a virtual finish tag F, the
+ * process a virtual time V; a queue that has a job to offer gets the tag
+ * max(V, F) + 1/weight for it, the pass takes the smallest tags, and a job
+ * taken moves F to its tag and V to its start; when nothing was waiting,
+ * V catches up with the largest tag given.  So the k-th job of a queue of
+ * weight w goes at k/w after the queue became busy, a queue that was idle
+ * starts level with the others, and a queue with 10 ready jobs is served as
+ * soon as one with a million, in this pass or the next.  Ties go by
+ * priority, due time and queue name.  batch_order follows the order
+ * taken, so claims interleave the queues too.
  *
- * A statement does this in two rounds at most.  The first gives each queue
- * its weighted share of the batch, ceil(max_items * w / sum(w)), so it reads
- * about max_items + (number of queues) rows however many queues are busy.
- * When some queues had fewer ready jobs than their share, a second round
- * offers what is left of the batch to the queues that still have jobs.  A
- * queue with 10 ready jobs is thus never starved by one with a million, and
- * a lone busy queue still fills the whole batch.
+ * A pass costs the jobs it moves, not the queues that exist: each
+ * scheduling process (the background worker, a session calling
+ * pgq_schedule) keeps every queue it knows in local memory, with the key
+ * below which it has no ready job (its head: the walk of its range of
+ * queue_ready_idx starts there), and the queues that may have work in a
+ * heap by tag.  It learns of new work from notes that committing
+ * transactions leave in shared memory (publish.c: the queue and the lowest
+ * key they made ready), and of settings changes from a generation counter.
+ * A pass that cannot trust what it knows (the first one, after a rolled-back
+ * pass, when notes were lost, under REPEATABLE READ) walks the names of
+ * every queue (pgq_ready_queue_names: one descent per name, no heap
+ * visit); so does one every second or more (as the full walks of bounds.c,
+ * spaced by their cost), to find jobs made ready behind the API's back.
  *
- * Ready rows are locked FOR UPDATE SKIP LOCKED and re-checked, so two passes
- * running at once never schedule the same job: the second skips what the
- * first holds.
+ * The heads keep the rules of bounds.c: a walk passes only rows that are
+ * gone (taken by this pass, or by a committed transaction), never one held
+ * by another transaction (whose rollback would bring it back); notes lower
+ * them; a rolled-back pass forgets them.  Between full refreshes the shared
+ * PGQ_BOUND_SCHED bound says where a queue's walk may start without a head.
  *
- * Rows are updated through "id = ANY (ARRAY(...))" rather than a join with
- * the CTE: the planner cannot know how few rows a CTE holds and may pick a
- * hash join over a sequential scan of the whole table; the array form
- * always probes the primary key.
+ * Rows are taken as SKIP LOCKED does, in one write: an update of the
+ * version the snapshot sees, without waiting (a row held or changed by
+ * another transaction is skipped), so two passes at once never schedule a
+ * job twice.  max_in_flight under concurrent passes: a pass takes a
+ * transaction-level advisory lock (1885827445, hashtext(queue)) on each
+ * capped queue it schedules into, without waiting; a capped queue locked by
+ * another open pass is left out of this pass (its room may be in use).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <float.h>
+
 #include "access/genam.h"
 #include "access/relscan.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
-#include "miscadmin.h"
+#include "executor/executor.h"
 #include "fmgr.h"
+#include "lib/pairingheap.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/fmgrprotos.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 
 #include "pgqueue.h"
 
 PG_FUNCTION_INFO_V1(pgq_schedule);
 
-static SPIPlanPtr plan_round[2] = {NULL, NULL};
-static SPIPlanPtr plan_busy = NULL;
+#define PGQ_CAP_LOCK_KEY 1885827445
+
+/* Where a queue stands in the process's view. */
+typedef enum QueueWhere
+{
+	Q_IDLE,						/* no known ready job */
+	Q_READY,					/* in the ready heap: may have a due job */
+	Q_LATER,					/* in the later heap: its jobs are due at next_due */
+	Q_HELD						/* paused, or full under max_in_flight */
+} QueueWhere;
+
+/*
+ * A position in a queue's range of queue_ready_idx: (-priority, run_after,
+ * id).  As a head: after the row (np, ra, id) when has_id, else at the key
+ * (np, ra), every id included.
+ */
+typedef struct QueuePos
+{
+	int64		np;
+	TimestampTz ra;
+	pg_uuid_t	id;
+	bool		has_id;
+} QueuePos;
+
+/* What a scheduling process keeps of a queue between passes. */
+typedef struct QueueState
+{
+	char		name[PGQ_MAX_NAME_BYTES + 1];	/* hash key */
+	pairingheap_node node;		/* in the ready or the later heap */
+	QueueWhere	where;
+	double		start;			/* its start tag while in the ready heap */
+	double		finish;			/* virtual finish tag of its last job taken */
+	QueuePos	head;			/* no ready job of the queue below */
+	TimestampTz next_due;		/* Q_LATER: when its first job is due */
+	int32		weight;
+	int32		max_in_flight;
+	bool		paused;
+	int64		room;			/* this pass: jobs it may still take */
+	uint64		room_pass;		/* the pass room was counted for */
+	QueuePos	cursor;			/* this pass: the walk goes on after it */
+	bool		head_fixed;		/* this pass: the head stays where it is */
+	bool		held_row;		/* this pass: a row held by another transaction */
+	TimestampTz first_later;	/* this pass: the earliest row not yet due */
+	uint64		cursor_pass;	/* the pass these four belong to */
+	bool		mark;			/* seen by pgq_refresh_all */
+} QueueState;
+
+/* The process's view; reset when the tables are not the ones it knew. */
+static HTAB *queues = NULL;
+static Oid	queues_relid = InvalidOid;	/* pgqueue.queue it describes */
+static pairingheap *ready_heap = NULL;
+static pairingheap *later_heap = NULL;
+static double vtime = 0;
+static double max_finish = 0;	/* the largest finish tag given */
+static uint64 notes_pos = 0;
+static uint64 settings_gen = 0;
+static bool view_valid = false;
+static bool pass_in_xact = false;
+static uint64 pass_count = 0;
+static TimestampTz next_refresh = 0;
+
+/* The relations of one pass. */
+typedef struct PassRels
+{
+	PgqWrite	w;
+	Relation	ready_idx;		/* queue_ready_idx */
+	Relation	sched_idx;		/* queue_scheduled_idx */
+	TupleTableSlot *slot;		/* a job row walked */
+} PassRels;
 
 static ArrayType *pgq_ready_queue_names(void);
 
-/*
- * max_in_flight under concurrent passes: a pass takes a transaction-level
- * advisory lock on every capped queue, in a statement of its own before the
- * rounds, so that their snapshots count what the lock's previous holder
- * committed.  A capped queue locked by another open pass is left out of
- * this pass (never waited for): its room may be in use.  Returns those
- * queues, the $4 of the rounds.
- */
-static const char *busy_sql =
-"SELECT coalesce(pg_catalog.array_agg(s.queue), '{}'::text[])"
-"  FROM pgqueue.queues s"
-" WHERE CASE WHEN s.max_in_flight > 0"
-"            THEN NOT pg_catalog.pg_try_advisory_xact_lock(1885827445, pg_catalog.hashtext(s.queue))"
-"            ELSE false END";
+/* Tag of the job a queue in the ready heap offers. */
+static inline double
+pgq_tag(const QueueState *q)
+{
+	return q->start + 1.0 / q->weight;
+}
+
+static int
+pgq_pos_cmp(const QueuePos *a, const QueuePos *b)
+{
+	if (a->np != b->np)
+		return a->np < b->np ? -1 : 1;
+	if (a->ra != b->ra)
+		return a->ra < b->ra ? -1 : 1;
+	return 0;
+}
+
+/* Ready heap: smallest tag first, then priority, due time, name. */
+static int
+pgq_ready_cmp(const pairingheap_node *a, const pairingheap_node *b, void *arg)
+{
+	const QueueState *qa = pairingheap_const_container(QueueState, node, a);
+	const QueueState *qb = pairingheap_const_container(QueueState, node, b);
+	double		ta = pgq_tag(qa);
+	double		tb = pgq_tag(qb);
+	int			c;
+
+	/* pairingheap keeps the largest first */
+	if (ta != tb)
+		return ta < tb ? 1 : -1;
+	c = pgq_pos_cmp(&qa->head, &qb->head);
+	if (c != 0)
+		return -c;
+	return -strcmp(qa->name, qb->name);
+}
+
+/* Later heap: earliest due first. */
+static int
+pgq_later_cmp(const pairingheap_node *a, const pairingheap_node *b, void *arg)
+{
+	const QueueState *qa = pairingheap_const_container(QueueState, node, a);
+	const QueueState *qb = pairingheap_const_container(QueueState, node, b);
+
+	if (qa->next_due != qb->next_due)
+		return qa->next_due < qb->next_due ? 1 : -1;
+	return 0;
+}
+
+/* Forget everything (new tables, or a view that cannot be trusted). */
+static void
+pgq_view_reset(Oid relid)
+{
+	HASHCTL		ctl;
+
+	if (queues != NULL)
+		hash_destroy(queues);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = PGQ_MAX_NAME_BYTES + 1;
+	ctl.entrysize = sizeof(QueueState);
+	ctl.hcxt = TopMemoryContext;
+	queues = hash_create("pgqueue scheduling view", 256, &ctl,
+						 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	if (ready_heap == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		ready_heap = pairingheap_allocate(pgq_ready_cmp, NULL);
+		later_heap = pairingheap_allocate(pgq_later_cmp, NULL);
+		MemoryContextSwitchTo(old);
+	}
+	else
+	{
+		pairingheap_reset(ready_heap);
+		pairingheap_reset(later_heap);
+	}
+	queues_relid = relid;
+	vtime = 0;
+	max_finish = 0;
+	settings_gen = 0;
+	view_valid = false;
+}
+
+/* Take q out of wherever it is (it becomes Q_IDLE). */
+static void
+pgq_unplace(QueueState *q)
+{
+	if (q->where == Q_READY)
+		pairingheap_remove(ready_heap, &q->node);
+	else if (q->where == Q_LATER)
+		pairingheap_remove(later_heap, &q->node);
+	q->where = Q_IDLE;
+}
+
+/* Put q into the ready heap: it may have a due job (or is held). */
+static void
+pgq_make_ready(QueueState *q)
+{
+	if (q->where == Q_READY || q->where == Q_HELD)
+		return;
+	pgq_unplace(q);
+	if (q->paused)
+	{
+		q->where = Q_HELD;
+		return;
+	}
+	q->start = Max(vtime, q->finish);
+	q->where = Q_READY;
+	pairingheap_add(ready_heap, &q->node);
+}
+
+/* The state of queue name, made (idle, defaults) if new (*is_new). */
+static QueueState *
+pgq_queue(const char *name, bool *is_new)
+{
+	bool		found;
+	QueueState *q = hash_search(queues, name, HASH_ENTER, &found);
+
+	if (is_new)
+		*is_new = !found;
+	if (!found)
+	{
+		q->where = Q_IDLE;
+		q->finish = 0;
+		q->head.np = PG_INT64_MIN;
+		q->head.ra = DT_NOBEGIN;
+		q->head.has_id = false;
+		q->next_due = 0;
+		q->weight = 1;
+		q->max_in_flight = 0;
+		q->paused = false;
+		q->room_pass = 0;
+		q->cursor_pass = 0;
+		q->mark = false;
+	}
+	return q;
+}
+
+/* Lower q's head to key (-priority, run_after), every id. */
+static void
+pgq_lower_head(QueueState *q, int64 np, TimestampTz ra)
+{
+	QueuePos	k;
+
+	k.np = np;
+	k.ra = ra;
+	k.has_id = false;
+	if (pgq_pos_cmp(&k, &q->head) < 0 ||
+		(pgq_pos_cmp(&k, &q->head) == 0 && q->head.has_id))
+		q->head = k;
+}
 
 /*
- * One round.  $1 = how many jobs at most, $2 = batch_order of the last job
- * already moved in this pass, $3 = true for the fair-share round, false to
- * offer all of $1 to every queue, $4 = the queues to leave out (busy_sql),
- * ($5, $6) = the SCHED bound (bounds.c): queues are walked from there,
- * $7 = the names of the queues in queue_ready_idx (pgq_ready_queue_names).
+ * Load every queue's settings from pgqueue.queues (a small table, read when
+ * a committed pgq_configure bumped the generation).
  */
-#define ROUND_SQL_HEAD \
-"WITH" \
-" t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts)," \
-/* queues with ready jobs, and the key of the first (pgq_ready_queue_names) */ \
-" active (queue, np, ra) AS (" \
-"  SELECT f.queue, f.np, f.ra" \
-"    FROM pg_catalog.unnest($7::text[]) AS n (queue) CROSS JOIN LATERAL (" \
-"         SELECT q.queue, -(q.priority::bigint) AS np, q.run_after AS ra" \
-"           FROM pgqueue.queue q" \
-"          WHERE q.queue = n.queue AND q.state IN ('pending', 'retry')" \
-"            AND (-(q.priority::bigint), q.run_after) >= ($5, $6)" \
-"          ORDER BY -(q.priority::bigint), q.run_after, q.id LIMIT 1) f)," \
-/* their settings, and the room each has under max_in_flight */ \
-" conf AS (" \
-"  SELECT a.queue, coalesce(s.weight, 1) AS weight," \
-"         CASE WHEN coalesce(s.max_in_flight, 0) = 0 THEN $1::bigint" \
-"              ELSE GREATEST(0, s.max_in_flight -" \
-"                   (SELECT count(*) FROM pgqueue.queue c" \
-"                     WHERE c.queue = a.queue AND c.state = 'scheduled'))" \
-"         END AS room" \
-"    FROM active a LEFT JOIN pgqueue.queues s ON s.queue = a.queue" \
-"   WHERE NOT coalesce(s.paused, false)" \
-"     AND a.queue <> ALL ($4::text[]))," \
-" quota AS (" \
-"  SELECT c.queue, c.weight, c.room," \
-"         LEAST(c.room, CASE WHEN $3" \
-"                            THEN ceil($1::numeric * c.weight / sum(c.weight) OVER ())::bigint" \
-"                            ELSE $1::bigint END) AS lim" \
-"    FROM conf c)," \
-/* the best ready jobs of each queue, locked */ \
-" cand AS (" \
-"  SELECT j.id, j.queue, j.priority, j.run_after," \
-"         (row_number() OVER (PARTITION BY j.queue" \
-"                             ORDER BY j.priority DESC, j.run_after, j.id))::float8" \
-"           / k.weight AS vtime" \
-"    FROM quota k CROSS JOIN LATERAL (" \
-"         SELECT q.id, q.queue, q.priority, q.run_after FROM pgqueue.queue q" \
-"          WHERE q.queue = k.queue AND q.state IN ('pending', 'retry')" \
-"            AND (-(q.priority::bigint), q.run_after) >= ($5, $6)" \
-"            AND q.run_after <= (SELECT t.ts FROM t)" \
-"          ORDER BY -(q.priority::bigint), q.run_after, q.id" \
-"          LIMIT k.lim" \
-"            FOR UPDATE OF q SKIP LOCKED) j" \
-"   WHERE k.lim > 0)," \
-/* the batch: smallest virtual times first */ \
-" pick AS (" \
-"  SELECT c.id, c.queue," \
-"         $2 + row_number() OVER (ORDER BY c.vtime, c.priority DESC, c.run_after, c.id) AS batch_order" \
-"    FROM cand c" \
-"   ORDER BY c.vtime, c.priority DESC, c.run_after, c.id" \
-"   LIMIT $1)," \
-" upd AS (" \
-"  UPDATE pgqueue.queue q SET state = 'scheduled', version = q.version + 1" \
-"   WHERE q.id = ANY (ARRAY(SELECT p.id FROM pick p))" \
-"  RETURNING q.id, q.tries, q.version),"
+static void
+pgq_load_settings(PassRels *r)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+	Relation	rel = table_open(pgq_relid(nsp, "queues"), AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	TableScanDesc scan = table_beginscan(rel, r->w.snapshot, 0, NULL);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	HASH_SEQ_STATUS seq;
+	QueueState *q;
 
-/* The rest of round_sql: the insert into work_queue, then the results. */
-#define ROUND_RESULT \
-" SELECT (SELECT count(*)::int FROM ins)," \
-/* queues cut short by their fair share that may have more ready jobs */ \
-"        (SELECT count(*)::int" \
-"           FROM quota k JOIN (SELECT c.queue, count(*) AS n FROM cand c GROUP BY c.queue) g" \
-"             ON g.queue = k.queue" \
-"          WHERE k.lim < k.room AND g.n >= k.lim)," \
-/* the new bound: the first ready job of all queues, before this pass */ \
-"        f.np, f.ra" \
-"   FROM (SELECT 1) one LEFT JOIN" \
-"        (SELECT a.np, a.ra FROM active a ORDER BY a.np, a.ra LIMIT 1) f ON true"
+	/* queues without a row have the defaults */
+	hash_seq_init(&seq, queues);
+	while ((q = hash_seq_search(&seq)) != NULL)
+	{
+		q->weight = 1;
+		q->max_in_flight = 0;
+		q->paused = false;
+	}
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		char	   *name = NULL;
+		int32		weight = 1;
+		int32		cap = 0;
+		bool		paused = false;
+		int			i;
+
+		slot_getallattrs(slot);
+		for (i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute a = TupleDescAttr(desc, i);
+			const char *col = NameStr(a->attname);
+
+			if (a->attisdropped || slot->tts_isnull[i])
+				continue;
+			if (strcmp(col, "queue") == 0)
+				name = TextDatumGetCString(slot->tts_values[i]);
+			else if (strcmp(col, "weight") == 0)
+				weight = DatumGetInt32(slot->tts_values[i]);
+			else if (strcmp(col, "max_in_flight") == 0)
+				cap = DatumGetInt32(slot->tts_values[i]);
+			else if (strcmp(col, "paused") == 0)
+				paused = DatumGetBool(slot->tts_values[i]);
+		}
+		if (name == NULL || strlen(name) > PGQ_MAX_NAME_BYTES)
+			continue;
+		q = pgq_queue(name, NULL);
+		q->weight = Max(weight, 1);
+		q->max_in_flight = cap;
+		q->paused = paused;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	/*
+	 * Paused queues are held, unpaused ones may have work; the ready heap is
+	 * made again, its order depending on the weights.
+	 */
+	pairingheap_reset(ready_heap);
+	hash_seq_init(&seq, queues);
+	while ((q = hash_seq_search(&seq)) != NULL)
+	{
+		if (q->where == Q_READY)
+		{
+			if (q->paused)
+				q->where = Q_HELD;
+			else
+				pairingheap_add(ready_heap, &q->node);
+			continue;
+		}
+		if (q->paused && q->where != Q_IDLE)
+		{
+			pgq_unplace(q);
+			q->where = Q_HELD;
+		}
+		else if (!q->paused && q->where == Q_HELD)
+		{
+			q->where = Q_IDLE;
+			pgq_make_ready(q);
+		}
+	}
+}
 
 /*
- * The whole statement for each layout (pgq_layout): from 1.1 on, the job's
- * attempt count and version move into its work_queue row.
+ * Walk every queue name in queue_ready_idx: each becomes ready, its head at
+ * from (or kept, when keep_heads and its head is a valid bound); a known
+ * queue without an entry becomes idle.  Returns the lowest head, for the
+ * SCHED bound.
  */
-static const char *const round_sql[2] = {
-	ROUND_SQL_HEAD
-	" ins AS ("
-	"  INSERT INTO pgqueue.work_queue (id, queue, created, batch_order)"
-	"  SELECT p.id, p.queue, (SELECT t.ts FROM t), p.batch_order"
-	"    FROM pick p JOIN upd ON upd.id = p.id"
-	"  RETURNING 1)"
-	ROUND_RESULT,
+static PgqKey
+pgq_refresh_all(PgqKey from, bool keep_heads)
+{
+	ArrayType  *names = pgq_ready_queue_names();
+	Datum	   *elems;
+	int			n;
+	int			i;
+	HASH_SEQ_STATUS seq;
+	QueueState *q;
+	PgqKey		lowest;
 
-	ROUND_SQL_HEAD
-	" ins AS ("
-	"  INSERT INTO pgqueue.work_queue (id, queue, created, batch_order, tries, version)"
-	"  SELECT p.id, p.queue, (SELECT t.ts FROM t), p.batch_order, upd.tries, upd.version"
-	"    FROM pick p JOIN upd ON upd.id = p.id"
-	"  RETURNING 1)"
-	ROUND_RESULT
-};
+	lowest.hi = PG_INT64_MAX;
+	lowest.lo = DT_NOEND;
+	hash_seq_init(&seq, queues);
+	while ((q = hash_seq_search(&seq)) != NULL)
+		q->mark = false;
+
+	deconstruct_array(names, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	for (i = 0; i < n; i++)
+	{
+		char	   *name = TextDatumGetCString(elems[i]);
+		bool		is_new;
+
+		if (strlen(name) > PGQ_MAX_NAME_BYTES)
+			continue;
+		q = pgq_queue(name, &is_new);
+		if (!keep_heads || is_new)
+			pgq_lower_head(q, from.hi, from.lo);
+		q->mark = true;
+		if (q->where == Q_IDLE || q->where == Q_LATER)
+			pgq_make_ready(q);
+		if (q->head.np < lowest.hi || (q->head.np == lowest.hi && q->head.ra < lowest.lo))
+		{
+			lowest.hi = q->head.np;
+			lowest.lo = q->head.ra;
+		}
+	}
+
+	/* queues without an entry: idle; forget those that owe nothing */
+	hash_seq_init(&seq, queues);
+	while ((q = hash_seq_search(&seq)) != NULL)
+	{
+		if (q->mark)
+			continue;
+		pgq_unplace(q);
+		if (q->finish <= vtime && q->weight == 1 && q->max_in_flight == 0 && !q->paused)
+			(void) hash_search(queues, q->name, HASH_REMOVE, NULL);
+	}
+	return lowest;
+}
+
+/*
+ * Room of capped queue q in this pass: its advisory lock (without waiting),
+ * then max_in_flight minus its jobs in work_queue.  0 when another open pass
+ * holds the lock.
+ */
+static int64
+pgq_room(PassRels *r, QueueState *q, text *qname)
+{
+	IndexScanDesc scan;
+	ScanKeyData key;
+	int64		n = 0;
+	int32		h;
+
+	if (q->room_pass == pass_count)
+		return q->room;
+	q->room_pass = pass_count;
+	h = DatumGetInt32(DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID,
+											  PointerGetDatum(qname)));
+	if (!DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
+										  Int32GetDatum(PGQ_CAP_LOCK_KEY),
+										  Int32GetDatum(h))))
+		return q->room = 0;
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   r->sched_idx->rd_indcollation[0], F_TEXTEQ,
+						   PointerGetDatum(qname));
+	scan = index_beginscan(r->w.job.rel, r->sched_idx, r->w.snapshot, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, r->slot))
+		n++;
+	index_endscan(scan);
+	return q->room = Max(q->max_in_flight - n, 0);
+}
+
+/*
+ * Start a walk of queue qname's range of queue_ready_idx at pos: keys
+ * (queue = qname) and (-priority, run_after[, id]) > or >= pos, the latter a
+ * row comparison (nbtree's SK_ROW_HEADER), so that the walk starts right at
+ * pos rather than at the start of its priority.
+ */
+static IndexScanDesc
+pgq_walk_begin(PassRels *r, text *qname, const QueuePos *pos, bool after,
+			   ScanKeyData *keys, ScanKeyData *row)
+{
+	IndexScanDesc scan;
+	int			nrow = pos->has_id ? 3 : 2;
+	StrategyNumber strat = after ? BTGreaterStrategyNumber : BTGreaterEqualStrategyNumber;
+	int			nkeys = 1;
+
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   r->ready_idx->rd_indcollation[0], F_TEXTEQ,
+						   PointerGetDatum(qname));
+	if (pos->np != PG_INT64_MIN || pos->ra != DT_NOBEGIN)
+	{
+		ScanKeyEntryInitialize(&row[0], SK_ROW_MEMBER, 2, strat, InvalidOid,
+							   InvalidOid, F_BTINT8CMP, Int64GetDatum(pos->np));
+		ScanKeyEntryInitialize(&row[1], SK_ROW_MEMBER | (nrow == 2 ? SK_ROW_END : 0),
+							   3, strat, InvalidOid, InvalidOid, F_TIMESTAMP_CMP,
+							   TimestampTzGetDatum(pos->ra));
+		if (nrow == 3)
+		{
+			/* the key's own copy: the caller's position moves during the walk */
+			pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+
+			memcpy(id, &pos->id, sizeof(pg_uuid_t));
+			ScanKeyEntryInitialize(&row[2], SK_ROW_MEMBER | SK_ROW_END, 4, strat,
+								   InvalidOid, InvalidOid, F_UUID_CMP,
+								   UUIDPGetDatum(id));
+		}
+		ScanKeyEntryInitialize(&keys[1], SK_ROW_HEADER, 2, strat, InvalidOid,
+							   InvalidOid, InvalidOid, PointerGetDatum(row));
+		nkeys = 2;
+	}
+	scan = index_beginscan(r->w.job.rel, r->ready_idx, r->w.snapshot, nkeys, 0);
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	return scan;
+}
+
+/* The job row after it is taken: 'scheduled', one version more. */
+static void
+pgq_take_build(PgqTable *t, void *arg)
+{
+	bool		isnull;
+	int32		version = DatumGetInt32(pgq_get(t, t->found, PGQ_COL_VERSION, &isnull));
+
+	pgq_set(t, PGQ_COL_STATE, *(Datum *) arg, false);
+	pgq_set(t, PGQ_COL_VERSION, Int32GetDatum(version + 1), false);
+}
+
+/* The enum values a pass compares job states with. */
+typedef struct PassStates
+{
+	Oid			pending;
+	Oid			retry;
+	Datum		scheduled;
+} PassStates;
+
+/*
+ * Take the next due job of q for this pass, walking its range from where
+ * the pass left it (or from its head): update its row to 'scheduled' and
+ * insert its work_queue row with batch_order order and created now.
+ * Returns true if it took one.  Moves q's head past the rows it passed
+ * (gone, or taken: a rolled-back pass resets the view), never past one held
+ * by another transaction or not yet due; sets q->next_due to when the first
+ * job left is due (DT_NOEND: none left, 0: maybe more now, or by the next
+ * pass when another transaction holds one).
+ */
+static bool
+pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
+			 const PassStates *states)
+{
+	PgqTable   *job = &r->w.job;
+	PgqTable   *work = &r->w.work;
+	text	   *qname = cstring_to_text(q->name);
+	QueuePos	cursor;
+	bool		after;
+	bool		head_fixed = false;
+	bool		took = false;
+
+	if (q->cursor_pass == pass_count)
+	{
+		cursor = q->cursor;
+		after = true;
+		head_fixed = q->head_fixed;
+	}
+	else
+	{
+		cursor = q->head;
+		after = q->head.has_id;	/* after a row passed, or at a key */
+		q->held_row = false;
+		q->first_later = DT_NOEND;
+	}
+	while (!took)
+	{
+		ScanKeyData keys[2];
+		ScanKeyData row[3];
+		IndexScanDesc scan = pgq_walk_begin(r, qname, &cursor, after, keys, row);
+		bool		restart = false;
+
+		while (!took && !restart &&
+			   index_getnext_slot(scan, ForwardScanDirection, job->found))
+		{
+			bool		isnull;
+			Oid			state;
+			QueuePos	pos;
+			TM_Result	res;
+			TM_FailureData tmfd;
+			LockTupleMode lockmode;
+			bool		update_indexes;
+
+			pos.np = -(int64) DatumGetInt32(pgq_get(job, job->found, PGQ_COL_PRIORITY, &isnull));
+			pos.ra = DatumGetTimestampTz(pgq_get(job, job->found, PGQ_COL_RUN_AFTER, &isnull));
+			memcpy(&pos.id, DatumGetUUIDP(pgq_get(job, job->found, PGQ_COL_ID, &isnull)),
+				   sizeof(pg_uuid_t));
+			pos.has_id = true;
+			cursor = pos;
+			after = true;
+
+			/* the entry may lead through a HOT chain to a row no longer ready */
+			state = DatumGetObjectId(pgq_get(job, job->found, PGQ_COL_STATE, &isnull));
+			if (state != states->pending && state != states->retry)
+			{
+				if (!head_fixed)
+					q->head = pos;	/* passed: gone */
+				continue;
+			}
+
+			if (pos.ra > now)
+			{
+				/*
+				 * Not due, nor are the later rows of its priority: not
+				 * passed; on to the next priority.
+				 */
+				head_fixed = true;	/* the head stays after the last row passed */
+				q->first_later = Min(q->first_later, pos.ra);
+				if (pos.np == PG_INT64_MAX)
+					break;
+				cursor.np = pos.np + 1;
+				cursor.ra = DT_NOBEGIN;
+				cursor.has_id = false;
+				after = false;
+				restart = true;
+				continue;
+			}
+
+			/* take it as SKIP LOCKED would: the version seen, without waiting */
+			slot_getallattrs(job->found);
+			ExecClearTuple(job->next);
+			memcpy(job->next->tts_values, job->found->tts_values,
+				   sizeof(Datum) * job->found->tts_tupleDescriptor->natts);
+			memcpy(job->next->tts_isnull, job->found->tts_isnull,
+				   sizeof(bool) * job->found->tts_tupleDescriptor->natts);
+			pgq_take_build(job, (void *) &states->scheduled);
+			res = table_tuple_update(job->rel, &job->found->tts_tid, job->next, r->w.cid,
+									 r->w.snapshot, InvalidSnapshot, false, &tmfd,
+									 &lockmode, &update_indexes);
+			if (res == TM_Ok)
+			{
+				Datum		values[PGQ_NUM_COLS * 2];
+				bool		nulls[PGQ_NUM_COLS * 2];
+				int			natts = RelationGetDescr(work->rel)->natts;
+				int			i;
+
+				if (update_indexes && job->rri->ri_NumIndices > 0)
+					list_free(ExecInsertIndexTuples(job->rri, job->next, r->w.estate,
+													true, false, NULL, NIL));
+				for (i = 0; i < natts; i++)
+				{
+					values[i] = (Datum) 0;
+					nulls[i] = true;
+				}
+#define SETW(c, v) \
+	do { if (work->att[c] != InvalidAttrNumber) { \
+		values[work->att[c] - 1] = (v); nulls[work->att[c] - 1] = false; } } while (0)
+				SETW(PGQ_COL_ID, pgq_get(job, job->next, PGQ_COL_ID, &isnull));
+				SETW(PGQ_COL_QUEUE, PointerGetDatum(qname));
+				SETW(PGQ_COL_CREATED, TimestampTzGetDatum(now));
+				SETW(PGQ_COL_BATCH_ORDER, Int32GetDatum(order));
+				SETW(PGQ_COL_VERSION, r->w.layout == PGQ_V11
+					 ? pgq_get(job, job->next, PGQ_COL_VERSION, &isnull) : Int32GetDatum(0));
+				if (r->w.layout == PGQ_V11)
+					SETW(PGQ_COL_TRIES, pgq_get(job, job->next, PGQ_COL_TRIES, &isnull));
+#undef SETW
+				pgq_insert(&r->w, work, values, nulls);
+				took = true;
+				if (!head_fixed)
+					q->head = pos;	/* passed: taken */
+			}
+			else if (res == TM_WouldBlock || res == TM_BeingModified)
+			{
+				/*
+				 * Held by another transaction: not passed, and to be looked
+				 * at again by the next pass (a rollback publishes nothing).
+				 */
+				head_fixed = true;
+				q->held_row = true;
+			}
+			else if (!head_fixed)
+				q->head = pos;	/* changed since the snapshot: gone */
+			CHECK_FOR_INTERRUPTS();
+		}
+		index_endscan(scan);
+		if (!restart)
+			break;
+	}
+	ExecClearTuple(job->found);
+
+	/*
+	 * The walk goes on after the row examined last.  The head is after the
+	 * last row passed before the first one that was not (a row not yet due,
+	 * or held by another transaction): so a row not passed whose key went
+	 * down behind the API's back (an UPDATE of run_after), no lower than
+	 * that, is still found.
+	 */
+	q->cursor = cursor;
+	q->head_fixed = head_fixed;
+	q->cursor_pass = pass_count;
+	if (took || q->held_row)
+		q->next_due = 0;		/* there may be more (now, or next pass) */
+	else
+		q->next_due = q->first_later;	/* DT_NOEND: none left */
+	return took;
+}
+
+/*
+ * One scheduling pass of up to max_items jobs; returns how many it moved.
+ * The caller must be inside a transaction; the jobs become claimable, and
+ * waiting claims are woken, when that transaction commits.
+ */
+int
+pgq_schedule_pass(int max_items)
+{
+	PassRels	r;
+	TimestampTz now = GetCurrentTimestamp();	/* <= the rows' created */
+	PgqScan		scan;
+	char	  **names;
+	PgqKey	   *keys;
+	int			nnotes;
+	char	  **own_names;
+	PgqKey	   *own_keys;
+	int			nown;
+	bool		refresh;
+	uint64		gen;
+	int			moved = 0;
+	PassStates	states;
+	QueueState *q;
+
+	pgq_write_begin(&r.w, "pgq_schedule", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
+	if (queues == NULL || queues_relid != r.w.job_relid)
+		pgq_view_reset(r.w.job_relid);
+	pass_count++;
+	pass_in_xact = true;
+
+	/* read before the snapshot: the bound (bounds.c), the notes, the settings */
+	pgq_bound_begin(PGQ_BOUND_SCHED, true, &scan);
+	nnotes = pgq_read_ready_notes(&notes_pos, &names, &keys);
+	nown = pgq_own_ready(&own_names, &own_keys);
+	gen = pgq_settings_generation();
+	refresh = !view_valid || nnotes < 0 || nown < 0 || scan.full || now >= next_refresh ||
+		IsolationUsesXactSnapshot();
+	pgq_write_new_snapshot(&r.w);
+
+	r.ready_idx = index_open(pgq_relid(RelationGetNamespace(r.w.job.rel), "queue_ready_idx"),
+							 AccessShareLock);
+	r.sched_idx = index_open(pgq_relid(RelationGetNamespace(r.w.job.rel), "queue_scheduled_idx"),
+							 AccessShareLock);
+	r.slot = table_slot_create(r.w.job.rel, NULL);
+	states.pending = DatumGetObjectId(pgq_state_datum(&r.w.job, "pending"));
+	states.retry = DatumGetObjectId(pgq_state_datum(&r.w.job, "retry"));
+	states.scheduled = pgq_state_datum(&r.w.job, "scheduled");
+
+	if (!view_valid || gen != settings_gen)
+	{
+		settings_gen = gen;
+		pgq_load_settings(&r);
+	}
+
+	/*
+	 * Nothing was waiting since the last pass: virtual time catches up with
+	 * the service given, so that a queue served then starts level with the
+	 * others now (start-time fair queuing's idle rule).
+	 */
+	if (pairingheap_is_empty(ready_heap))
+		vtime = Max(vtime, max_finish);
+
+	if (refresh)
+	{
+		TimestampTz began = GetCurrentTimestamp();
+		PgqKey		lowest;
+
+		/*
+		 * Every queue; heads from the SCHED bound, or from the start when its
+		 * full walk is due; those of a trusted view are kept.
+		 */
+		lowest = pgq_refresh_all(scan.start,
+								 view_valid && nnotes >= 0 && nown >= 0 && !scan.full);
+		pgq_bound_end(&scan, lowest);
+		next_refresh = now + Max(1000 * INT64CONST(1000),
+								 20 * (GetCurrentTimestamp() - began));
+		view_valid = true;
+	}
+	else
+	{
+		int			i;
+
+		/*
+		 * The notes of committed transactions, then this transaction's own
+		 * (its rows are visible to it before it commits).
+		 */
+		for (i = 0; i < nnotes + nown; i++)
+		{
+			bool		is_new;
+			const char *name = i < nnotes ? names[i] : own_names[i - nnotes];
+			PgqKey		key = i < nnotes ? keys[i] : own_keys[i - nnotes];
+
+			q = pgq_queue(name, &is_new);
+			if (is_new)
+			{
+				/* a trusted view knew every queue with entries: none below */
+				q->head.np = key.hi;
+				q->head.ra = key.lo;
+				q->head.has_id = false;
+			}
+			else
+				pgq_lower_head(q, key.hi, key.lo);
+			if (q->where == Q_IDLE || q->where == Q_LATER)
+				pgq_make_ready(q);
+		}
+	}
+
+	/* queues whose jobs are due by now */
+	while (!pairingheap_is_empty(later_heap))
+	{
+		q = pairingheap_container(QueueState, node, pairingheap_first(later_heap));
+		if (q->next_due > now)
+			break;
+		pgq_unplace(q);
+		pgq_make_ready(q);
+	}
+
+	/* take the smallest tags */
+	{
+		List	   *skipped = NIL;
+		ListCell   *lc;
+
+		while (moved < max_items && !pairingheap_is_empty(ready_heap))
+		{
+			double		start;
+
+			q = pairingheap_container(QueueState, node, pairingheap_remove_first(ready_heap));
+			q->where = Q_IDLE;
+			if (q->max_in_flight > 0 &&
+				pgq_room(&r, q, cstring_to_text(q->name)) <= 0)
+			{
+				skipped = lappend(skipped, q);	/* back after the pass */
+				continue;
+			}
+			start = q->start;
+			if (!pgq_take_one(&r, q, now, moved + 1, &states))
+			{
+				if (q->next_due != DT_NOEND)
+				{
+					q->where = Q_LATER;
+					pairingheap_add(later_heap, &q->node);
+				}
+				continue;
+			}
+			moved++;
+			if (q->max_in_flight > 0)
+				q->room--;
+			vtime = Max(vtime, start);
+			q->finish = pgq_tag(q);
+			max_finish = Max(max_finish, q->finish);
+			q->start = q->finish;
+			q->where = Q_READY;
+			pairingheap_add(ready_heap, &q->node);
+		}
+		foreach(lc, skipped)
+		{
+			q = (QueueState *) lfirst(lc);
+			if (q->where == Q_IDLE)
+			{
+				q->where = Q_READY;
+				pairingheap_add(ready_heap, &q->node);
+			}
+		}
+	}
+
+	/* a view from a transaction snapshot is older than the notes it read */
+	if (IsolationUsesXactSnapshot())
+		view_valid = false;
+
+	ExecDropSingleTupleTableSlot(r.slot);
+	index_close(r.ready_idx, NoLock);
+	index_close(r.sched_idx, NoLock);
+	pgq_write_end(&r.w);
+
+	if (moved > 0)
+	{
+		/* its jobs stop counting for SCHED, its rows count for READY */
+		pgq_bound_hold(PGQ_BOUND_SCHED);
+		pgq_bound_lower_at_commit(PGQ_BOUND_READY, pgq_time_key(now));
+		pgq_count(PGQ_SCHEDULED, moved);
+		pgq_claimable_at_commit(moved);
+	}
+	return moved;
+}
+
+/*
+ * At the end of a transaction: a pass that ran in it and rolled back took
+ * jobs that are ready again below the heads it moved: walk everything next
+ * time.  Called by publish.c's transaction callback.
+ */
+void
+pgq_schedule_at_xact_end(bool commit)
+{
+	if (pass_in_xact && !commit)
+		view_valid = false;
+	pass_in_xact = false;
+}
 
 /*
  * The names of the queues that have entries in pgqueue.queue_ready_idx,
@@ -177,8 +916,7 @@ static const char *const round_sql[2] = {
  * entries that every scheduled job leaves at the head of its queue's range
  * (dead, but not removable while an old snapshot holds VACUUM back) cost
  * nothing here, where a loose index scan in SQL would have to visit each of
- * their heap tuples to learn that it is gone.  The scheduling pass then
- * probes each name from its bound.
+ * their heap tuples to learn that it is gone.
  */
 static ArrayType *
 pgq_ready_queue_names(void)
@@ -198,11 +936,9 @@ pgq_ready_queue_names(void)
 
 	/*
 	 * Entries marked dead (LP_DEAD, by scans that found their heap tuples
-	 * gone) count too.  Once a long snapshot ends, other scans mark the
-	 * hundreds of thousands of entries it kept; skipping them, every
-	 * descent here would walk all their leaf pages until VACUUM removes
-	 * them (measured after a 60 s hold: 40 % of the scheduler's samples,
-	 * its CPU per job 2.5-3 times the normal).
+	 * gone) count too: once a long snapshot ends, other scans mark the many
+	 * entries it kept, and skipping them, every descent here would walk all
+	 * their leaf pages until VACUUM removes them.
 	 */
 	scan->ignore_killed_tuples = false;
 	for (;;)
@@ -241,91 +977,6 @@ pgq_ready_queue_names(void)
 }
 
 /*
- * Run one round; returns how many jobs it moved, sets *short_queues to the
- * number of queues that got their whole fair share and may have more, and
- * *found to the key of the first ready job in any queue, as the round's
- * snapshot saw them before its moves (the highest key when there is none).
- */
-static int
-pgq_schedule_round(PgqLayout layout, int max_items, int order_base, bool fair, Datum busy,
-				   const PgqKey *bound, Datum names, int *short_queues,
-				   PgqKey *found)
-{
-	Oid			types[7] = {INT4OID, INT4OID, BOOLOID, TEXTARRAYOID, INT8OID,
-	TIMESTAMPTZOID, TEXTARRAYOID};
-	Datum		args[7];
-	bool		isnull;
-	Datum		d;
-
-	args[0] = Int32GetDatum(max_items);
-	args[1] = Int32GetDatum(order_base);
-	args[2] = BoolGetDatum(fair);
-	args[3] = busy;
-	args[4] = Int64GetDatum(bound->hi);
-	args[5] = TimestampTzGetDatum(bound->lo);
-	args[6] = names;
-
-	if (SPI_execute_plan(pgq_keep_plan(&plan_round[layout], round_sql[layout], 7, types),
-						 args, NULL, false, 0) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "scheduling pass failed");
-	*short_queues = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-												SPI_tuptable->tupdesc, 2, &isnull));
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
-	found->hi = isnull ? PG_INT64_MAX : DatumGetInt64(d);
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
-	found->lo = isnull ? DT_NOEND : DatumGetTimestampTz(d);
-	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/*
- * One scheduling pass of up to max_items jobs; returns how many it moved.
- * The caller must be connected to SPI inside a transaction; the jobs become
- * claimable, and waiting claims are woken, when that transaction commits.
- */
-int
-pgq_schedule_pass(int max_items)
-{
-	Datum		busy;
-	Datum		names;
-	bool		isnull;
-	int			moved;
-	int			short_queues;
-	TimestampTz start = GetCurrentTimestamp();	/* <= the rows' created */
-	PgqScan		scan;
-	PgqKey		found;
-	PgqLayout	layout = pgq_layout();
-
-	/* read before the snapshot of the first round (bounds.c) */
-	pgq_bound_begin(PGQ_BOUND_SCHED, true, &scan);
-
-	if (SPI_execute_plan(pgq_keep_plan(&plan_busy, busy_sql, 0, NULL),
-						 NULL, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "scheduling pass failed");
-	busy = PointerGetDatum(DatumGetArrayTypePCopy(SPI_getbinval(SPI_tuptable->vals[0],
-																SPI_tuptable->tupdesc, 1, &isnull)));
-	names = PointerGetDatum(pgq_ready_queue_names());
-	moved = pgq_schedule_round(layout, max_items, 0, true, busy, &scan.start, names,
-							   &short_queues, &found);
-	pgq_bound_end(&scan, found);
-	/* room left, and a queue that may have more than its share: round 2 */
-	if (moved < max_items && short_queues > 0)
-		moved += pgq_schedule_round(layout, max_items - moved, moved, false, busy,
-									&scan.start, names, &short_queues, &found);
-
-	if (moved > 0)
-	{
-		/* its jobs stop counting for SCHED, its rows count for READY */
-		pgq_bound_hold(PGQ_BOUND_SCHED);
-		pgq_bound_lower_at_commit(PGQ_BOUND_READY, pgq_time_key(start));
-		pgq_count(PGQ_SCHEDULED, moved);
-		pgq_claimable_at_commit(moved);
-	}
-	return moved;
-}
-
-/*
  * pgq_schedule(max_items int) returns int
  *
  * One scheduling pass run by the user (the background worker calls
@@ -335,11 +986,7 @@ Datum
 pgq_schedule(PG_FUNCTION_ARGS)
 {
 	int			max_items = pgq_max_items_arg(fcinfo, 0);
-	int			moved;
-
-	SPI_connect();
-	moved = pgq_schedule_pass(max_items);
-	SPI_finish();
+	int			moved = pgq_schedule_pass(max_items);
 
 	pgq_count_now(PGQ_PASSES, 1);
 	PG_RETURN_INT32(moved);

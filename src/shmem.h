@@ -36,6 +36,21 @@ typedef struct PgqBoundState
 	TimestampTz next_full;		/* when a walk from the start is due */
 } PgqBoundState;
 
+/*
+ * Queues that committing transactions made ready work in (pushes, nacks,
+ * retries): a ring that every scheduling process reads from its own
+ * position, by sequence number (schedule.c).  A name of "" means "more than
+ * a transaction could say": a reader walks every queue.
+ */
+#define PGQ_READY_RING 256
+
+typedef struct PgqReadyNote
+{
+	uint64		seq;			/* written as note number seq (1, 2, ...) */
+	PgqKey		key;			/* the lowest (-priority, run_after) made ready */
+	char		queue[PGQ_MAX_NAME_BYTES + 1];
+} PgqReadyNote;
+
 /* What pgqueue keeps per database. */
 typedef struct PgqDbSlot
 {
@@ -45,6 +60,10 @@ typedef struct PgqDbSlot
 	pg_atomic_uint32 filtered_waiters;	/* of them, claims with a queues filter */
 	slock_t		bound_mutex;	/* protects bounds[] */
 	PgqBoundState bounds[PGQ_NUM_BOUNDS];
+	pg_atomic_uint64 settings_gen;	/* bumped by commits that change settings */
+	slock_t		ready_mutex;	/* protects ready_seq and ready[] */
+	uint64		ready_seq;		/* notes written so far */
+	PgqReadyNote ready[PGQ_READY_RING];
 } PgqDbSlot;
 
 typedef struct PgqShared
