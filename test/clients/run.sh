@@ -73,8 +73,9 @@ log "installing the Python package (pip, offline) into a venv"
 		--no-index "$WORK/tree/clients/python") >>"$WORK/pip.log" 2>&1 ||
 	{ cat "$WORK/pip.log"; fail_setup "pip install clients/python failed"; }
 log "installing the Node package's dependencies (npm)"
-(cd "$WORK/tree/clients/node" && npm ci --no-audit --no-fund --loglevel=error) >"$WORK/npm.log" 2>&1 ||
-	{ cat "$WORK/npm.log"; fail_setup "npm ci in clients/node failed"; }
+(cd "$WORK/tree/clients/node" && npm ci --no-audit --no-fund --loglevel=error &&
+	cd "$WORK/tree/examples" && npm ci --no-audit --no-fund --loglevel=error) >"$WORK/npm.log" 2>&1 ||
+	{ cat "$WORK/npm.log"; fail_setup "npm ci in clients/node or examples failed"; }
 chown -R postgres: "$WORK"
 
 log "starting PostgreSQL ($("$PG_CONFIG" --version)) and PgBouncer"
