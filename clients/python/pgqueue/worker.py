@@ -493,10 +493,11 @@ class _Heartbeat:
             self.conn.close()
 
     def add(self, job: Job) -> None:
+        # No wake-up needed: the loop never sleeps longer than a period, and
+        # this job is due a full period from now.
         with self.cond:
             self.jobs[job.id] = job
             self.due[job.id] = time.monotonic() + self.period
-            self.cond.notify()
 
     def remove(self, job: Job) -> None:
         with self.cond:
@@ -511,7 +512,7 @@ class _Heartbeat:
                 ready = [self.jobs[i] for i, t in self.due.items() if t <= now]
                 if ready:
                     return ready
-                timeout = min(self.due.values()) - now if self.due else None
+                timeout = min(self.due.values()) - now if self.due else self.period
                 self.cond.wait(timeout)
             return []
 
