@@ -44,12 +44,17 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null ||
 		fail_setup "apt-get install ${need[*]} failed"
 fi
-# Debian's packages start their services; this script runs its own instances
-for svc in pgbouncer prometheus-postgres-exporter; do
-	if [ -d /run/systemd/system ] && systemctl is-active -q "$svc" 2>/dev/null; then
-		log "note: the system's $svc service is running; this script does not use it"
-	fi
-done
+# Debian's pgbouncer and prometheus-postgres-exporter start system services
+# when installed (the exporter on *:9187).  This script runs instances of its
+# own on loopback: stop and disable the services it just caused to start.
+if [ -d /run/systemd/system ]; then
+	for svc in pgbouncer prometheus-postgres-exporter; do
+		if [[ " ${need[*]} " == *" $svc "* ]] && systemctl is-enabled -q "$svc" 2>/dev/null; then
+			log "disabling the $svc service that installing the package started"
+			systemctl disable --now -q "$svc" || true
+		fi
+	done
+fi
 [ -f "$("$PG_CONFIG" --pkglibdir)/pgqueue.so" ] ||
 	fail_setup "pgqueue is not installed for $PG_CONFIG: run 'make install' (scripts/test.sh clients does)"
 

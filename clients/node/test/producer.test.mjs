@@ -44,6 +44,7 @@ test('pushBatch returns ids in payload order, and splits over 10,000', async () 
   assert.deepEqual(ids.map((i) => byId.get(i)), [...list.slice(0, 25), {}, ['a', 1], 'text "quoted", {braced}']);
   assert.deepEqual(await pushBatch(app, q, []), []);
   const q2 = queueName();
+  await admin.query('SELECT pgq_configure($1, paused => true)', [q2]); // none scheduled: the DELETE below is all
   const many = await pushBatch(app, q2, Array.from({ length: 10001 }, (_, n) => n));
   assert.equal(many.length, 10001);
   const { rows: [c] } = await admin.query(

@@ -42,6 +42,7 @@ def test_push_batch_returns_ids_in_payload_order(app, admin, queue):
 
 
 def test_push_batch_over_the_server_limit_is_split(app, admin, queue):
+    admin.execute("SELECT pgq_configure(%s, paused => true)", [queue])  # none scheduled
     ids = pgqueue.push_batch(app, queue, range(10_001))
     assert len(ids) == 10_001
     assert admin.execute("SELECT count(*), sum(payload::text::int) FROM pgqueue.queue"
