@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import pgqueue
-from conftest import ADMIN_DSN, DSN, job_rows, wait_until
+from conftest import DSN, job_rows, wait_until
 
 EXAMPLES = os.path.join(os.environ.get("PGQ_REPO", ""), "examples")
 
