@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Run the whole pgqueue test suite: pg_regress, isolation and TAP tests.
+# Run the whole pgqueue test suite: pg_regress, isolation and TAP tests, and
+# the client libraries' tests (test/clients/run.sh).
 #
 #   sudo bash scripts/test.sh            # everything
-#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation or tap
+#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap or clients
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
 #
 # Installs what it needs (Debian 12 packages), builds and installs the
@@ -17,7 +18,7 @@ fi
 
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
-KINDS=${*:-regress compat isolation tap}
+KINDS=${*:-regress compat isolation tap clients}
 export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '==> %s\n' "$*"; }
@@ -105,8 +106,15 @@ for kind in $KINDS; do
 		ok=$(grep -cE '^[[:space:]]*ok [0-9]+' "$out")
 		bad=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$out")
 		;;
+	clients)
+		log "clients (Python, Node, PgBouncer, Prometheus exporter, examples)"
+		bash "$WORK/tree/test/clients/run.sh" >"$out" 2>&1
+		rc=$?
+		read -r ok bad < <(tail -n 1 "$out" | sed -nE 's/^([0-9]+) passed, ([0-9]+) failed$/\1 \2/p')
+		ok=${ok:-0} bad=${bad:-0}
+		;;
 	*)
-		echo "unknown test kind: $kind (use regress, compat, isolation or tap)"
+		echo "unknown test kind: $kind (use regress, compat, isolation, tap or clients)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;

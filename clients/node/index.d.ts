@@ -1,0 +1,106 @@
+// Type declarations for pgqueue (hand-written; index.js is the source).
+
+/** What new pg.Client() takes (connectionString, host, port, user, database, ...). */
+export interface ConnectionConfig {
+  connectionString?: string;
+  host?: string;
+  port?: number;
+  user?: string;
+  password?: string;
+  database?: string;
+  application_name?: string;
+  [option: string]: unknown;
+}
+
+/** Anything with pg's query(): a pg.Client, a pool, a pool's client. */
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+}
+
+export interface PushOptions {
+  /** When the job becomes due (default: now). */
+  runAfter?: Date | string | null;
+  /** Seconds from now before the job is due (instead of runAfter). */
+  delay?: number | null;
+  /** Higher runs first within the queue (default 0). */
+  priority?: number;
+  /** While an unfinished job of the queue has this key, a push returns its id. */
+  dedupKey?: string | null;
+}
+
+/** Pushes one job (pgq_push); resolves to its id. Runs in the caller's transaction, if any. */
+export function push(client: Queryable, queue: string, payload?: unknown, options?: PushOptions): Promise<string>;
+
+/** Pushes one job per payload (pgq_push_batch, 10,000 per call); resolves to the ids in order. */
+export function pushBatch(client: Queryable, queue: string, payloads: Iterable<unknown>,
+  options?: Omit<PushOptions, 'dedupKey'>): Promise<string[]>;
+
+export const BATCH_LIMIT: number;
+
+/** A claimed job, as a handler sees it. */
+export interface Job<P = any> {
+  id: string;
+  queue: string;
+  payload: P;
+  /** The attempt number: 1 on the first claim. */
+  tries: number;
+  version: number;
+  /** The lease's deadline, moved on by each extension. */
+  lockTimeout: Date;
+  lockKey: string;
+  /** True once an extension found the job no longer held by this worker. */
+  leaseLost: boolean;
+}
+
+export type Handler<P = any> = (job: Job<P>) => Promise<unknown> | unknown;
+
+export interface Logger {
+  debug(msg: string): void;
+  info(msg: string): void;
+  warn(msg: string): void;
+  error(msg: string): void;
+}
+
+export interface WorkerOptions {
+  /** Handlers running at once (one connection each). Default 4. */
+  concurrency?: number;
+  /** Seconds a claim holds a job; extended every lease/3 while the handler runs. Default 30. */
+  lease?: number;
+  /** Seconds a claim blocks waiting for work (at most 60). Default 10. */
+  wait?: number;
+  /** Seconds running handlers get after stop() before their jobs are released. Default 30. */
+  shutdownTimeout?: number;
+  /** Seconds before a failed job is retried; null: the server's exponential backoff. */
+  retryDelay?: number | null;
+  /** lock_key prefix; slot n's key is `${name}:${n}`. Default `${hostname}:${pid}`. */
+  name?: string;
+  /** Longest pause between reconnection attempts, seconds. Default 10. */
+  reconnectMaxDelay?: number;
+  /** Where log lines go; default: stderr (info and above). */
+  logger?: Logger;
+}
+
+export class Worker {
+  constructor(connection?: string | ConnectionConfig, options?: WorkerOptions);
+  /** Runs handler(job) for the jobs of queue: resolve = ack, reject = nack. */
+  handle<P = any>(queue: string, handler: Handler<P>): this;
+  /** Starts the slots; returns at once. */
+  start(): void;
+  /** Starts, waits for SIGTERM/SIGINT (signals: true) or stop(), then stops gracefully. */
+  run(options?: { signals?: boolean }): Promise<void>;
+  /** Stops gracefully; resolves when done. */
+  stop(): Promise<void>;
+  readonly lockKeys: string[];
+  readonly stopping: boolean;
+}
+
+/** Throw from a handler to give the job back after `delay` seconds (it counts as a try). */
+export class Retry extends Error {
+  constructor(delay?: number, message?: string);
+  delay: number;
+}
+
+export class WorkerSetupError extends Error {}
+
+/** `Name: message` and the top frames of the stack, as recorded in last_error. */
+export function formatError(err: unknown): string;

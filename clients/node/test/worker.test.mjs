@@ -1,0 +1,247 @@
+// The Worker against a real server (and, in the second pass, PgBouncer).
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { push, pushBatch, Retry, Worker, WorkerSetupError, formatError } from 'pgqueue';
+import {
+  PASS, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName,
+  restartServer, sleep, startProc, waitUntil,
+} from './helpers.mjs';
+
+let admin;
+let app;
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pgq-node-'));
+const quiet = { debug() {}, info() {}, warn() {}, error: (m) => process.stderr.write(`${m}\n`) };
+
+before(async () => {
+  admin = await connect(adminConfig);
+  app = await connect(config);
+});
+after(async () => {
+  await admin.end();
+  await app.end();
+});
+
+// A worker for queue(s) with handler, started now; stopped by the test.
+function worker(queues, handler, options = {}) {
+  const w = new Worker(config, { logger: quiet, ...options });
+  for (const q of [queues].flat()) w.handle(q, handler);
+  w.running = w.run({ signals: false });
+  return w;
+}
+
+test('2,000 jobs over 3 queues, 4 handlers: each done exactly once', async () => {
+  const base = queueName();
+  const queues = [0, 1, 2].map((i) => `${base}_${i}`);
+  await app.query('BEGIN');
+  for (const [i, q] of queues.entries()) {
+    const payloads = [];
+    for (let n = i; n < 2000; n += 3) payloads.push({ n });
+    await pushBatch(app, q, payloads);
+  }
+  await app.query('COMMIT');
+  const done = [];
+  const keys = new Set();
+  let active = 0;
+  let most = 0;
+  const w = worker(queues, async (job) => {
+    active += 1;
+    most = Math.max(most, active);
+    await sleep(2);
+    active -= 1;
+    done.push([job.queue, job.payload.n]);
+    keys.add(job.lockKey);
+  }, { concurrency: 4, wait: 5 });
+  await waitUntil(() => done.length >= 2000, 120000, '2,000 jobs done');
+  const left = async () => {
+    let n = 0;
+    for (const q of queues) n += (await jobRows(admin, q)).length;
+    return n;
+  };
+  await waitUntil(async () => (await left()) === 0, 10000, 'acks');
+  await w.stop();
+  await w.running;
+  const ns = done.map(([, n]) => n).sort((a, b) => a - b);
+  assert.deepEqual(ns, Array.from({ length: 2000 }, (_, i) => i));
+  assert.ok(done.every(([q, n]) => q === queues[n % 3]));
+  assert.equal(keys.size, 4);
+  for (const k of keys) assert.match(k, new RegExp(`^${os.hostname()}:${process.pid}:\\d+$`));
+  assert.ok(most > 1, 'handlers never ran at the same time');
+});
+
+test('a handler that throws is retried, then failed (dead letter)', async () => {
+  const q = queueName();
+  await admin.query('SELECT pgq_configure($1, max_tries => 3)', [q]);
+  const id = await push(app, q, { x: 1 });
+  const tries = [];
+  const w = worker(q, async function explode(job) {
+    tries.push(job.tries);
+    throw new TypeError(`boom on try ${job.tries}`);
+  }, { concurrency: 2, retryDelay: 0, wait: 5 });
+  await waitUntil(async () => (await jobRows(admin, q))[0].state === 'failed', 30000, 'the job to fail');
+  await w.stop();
+  assert.deepEqual(tries, [1, 2, 3]);
+  const [row] = await jobRows(admin, q);
+  assert.equal(row.id, id);
+  assert.equal(row.tries, 3);
+  assert.match(row.last_error, /^TypeError: boom on try 3\n\s+at explode /);
+});
+
+test('a handler may choose the retry delay', async () => {
+  const q = queueName();
+  await push(app, q);
+  const w = worker(q, async () => { throw new Retry(600, 'rate limited'); }, { concurrency: 1, wait: 5 });
+  await waitUntil(async () => (await jobRows(admin, q))[0].state === 'retry', 20000, 'the nack');
+  await w.stop();
+  const { rows: [r] } = await admin.query(
+    'SELECT last_error, extract(epoch FROM run_after - now())::float8 AS due_in FROM pgqueue.queue WHERE queue = $1', [q]);
+  assert.equal(r.last_error, 'Retry: rate limited');
+  assert.ok(r.due_in > 590 && r.due_in <= 600, String(r.due_in));
+});
+
+test('a handler slower than the lease keeps its job (heartbeat)', async () => {
+  const q = queueName();
+  await push(app, q);
+  const stolenBefore = await counter(admin, 'leases_stolen');
+  const calls = [];
+  const slow = async (job) => {
+    calls.push([job.lockKey, job.tries]);
+    await sleep(4500);
+    assert.equal(job.leaseLost, false);
+  };
+  const first = worker(q, slow, { concurrency: 1, lease: 1.5, wait: 5 });
+  await waitUntil(() => calls.length, 20000, 'the first claim');
+  const second = worker(q, slow, { concurrency: 2, lease: 1.5, wait: 1 });
+  await waitUntil(async () => (await jobRows(admin, q)).length === 0, 20000, 'the ack');
+  await Promise.all([first.stop(), second.stop()]);
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0][1], 1);
+  assert.ok(first.lockKeys.includes(calls[0][0]));
+  assert.equal(await counter(admin, 'leases_stolen'), stolenBefore);
+});
+
+test('a lost lease is not acked, and this is logged', async () => {
+  const q = queueName();
+  const id = await push(app, q);
+  const logger = keepingLogger();
+  let started = false;
+  let sawLost = false;
+  const w = worker(q, async (job) => {
+    started = true;
+    await waitUntil(() => job.leaseLost, 10000, 'the heartbeat to notice');
+    sawLost = true;
+  }, { concurrency: 1, lease: 1.5, wait: 5, logger });
+  await waitUntil(() => started, 20000, 'the handler');
+  await admin.query("UPDATE pgqueue.work_queue SET lock_key = 'intruder' WHERE id = $1", [id]);
+  await waitUntil(() => sawLost, 15000, 'the lost lease');
+  await sleep(300);
+  await w.stop();
+  const rows = await jobRows(admin, q);
+  assert.deepEqual(rows.map((r) => [r.state, r.lock_key]), [['scheduled', 'intruder']]);
+  assert.ok(logger.lines.some((l) => l.startsWith('error') && l.includes(`lease of job ${id}`) && l.includes('not acked')), logger.lines.join('\n'));
+});
+
+test('a worker killed with SIGKILL mid-job: the job is stolen after the lease, done once', async () => {
+  const q = queueName();
+  const ids = await pushBatch(app, q, [{ n: 0 }, { n: 1 }, { n: 2 }]);
+  const log = path.join(tmp, `${q}.log`);
+  const p = startProc(q, log, ['1', '2', '60', '30']);
+  try {
+    await waitUntil(() => logLines(log, 'start').length, 30000, 'the first job to start');
+    p.kill('SIGKILL');
+    await exited(p);
+  } finally {
+    p.kill('SIGKILL');
+  }
+  const [[victim, tries]] = logLines(log, 'start');
+  assert.equal(tries, '1');
+  const done = [];
+  const w = worker(q, async (job) => { done.push(`${job.id} ${job.tries}`); }, { concurrency: 2, wait: 2 });
+  await waitUntil(async () => (await jobRows(admin, q)).length === 0, 30000, 'all jobs acked');
+  await w.stop();
+  assert.deepEqual(done.sort(), ids.map((i) => `${i} ${i === victim ? 2 : 1}`).sort());
+});
+
+test('SIGTERM with running handlers: they finish, nothing is lost', async () => {
+  const q = queueName();
+  const ids = await pushBatch(app, q, Array.from({ length: 10 }, (_, n) => ({ n })));
+  const log = path.join(tmp, `${q}.log`);
+  const p = startProc(q, log, ['4', '30', '1.5', '30']);
+  let took;
+  try {
+    await waitUntil(() => logLines(log, 'start').length === 4, 30000, '4 running handlers');
+    const t0 = Date.now();
+    p.kill('SIGTERM');
+    assert.equal(await exited(p), 0);
+    took = (Date.now() - t0) / 1000;
+  } finally {
+    p.kill('SIGKILL');
+  }
+  const started = logLines(log, 'start').map(([id]) => id).sort();
+  assert.deepEqual(logLines(log, 'done').map(([id]) => id).sort(), started);
+  assert.ok(took < 4, `exit took ${took}s: waiting claims were not cancelled`);
+  const rows = await jobRows(admin, q);
+  assert.deepEqual(rows.map((r) => r.id).sort(), ids.filter((i) => !started.includes(i)).sort());
+  assert.ok(rows.every((r) => r.lock_key === null && r.tries === 0));
+  const done = [];
+  const w = worker(q, async (job) => { done.push(job.id); }, { concurrency: 2, wait: 2 });
+  await waitUntil(async () => (await jobRows(admin, q)).length === 0, 30000, 'the rest done');
+  await w.stop();
+  assert.deepEqual([...done, ...started].sort(), [...ids].sort());
+});
+
+test('SIGTERM past the shutdown timeout releases the job', async () => {
+  const q = queueName();
+  const id = await push(app, q);
+  const log = path.join(tmp, `${q}.log`);
+  const p = startProc(q, log, ['1', '600', '60', '0.5']);
+  try {
+    await waitUntil(() => logLines(log, 'start').length, 30000, 'the handler to start');
+    p.kill('SIGTERM');
+    assert.equal(await exited(p), 0);
+  } finally {
+    p.kill('SIGKILL');
+  }
+  assert.deepEqual(logLines(log, 'done'), []);
+  const { rows } = await admin.query("SELECT id, tries FROM pgq_claim('probe', 1, '1 minute', ARRAY[$1])", [q]);
+  assert.deepEqual(rows, [{ id, tries: 2 }]);
+  assert.match(fs.readFileSync(`${log}.stderr`, 'utf8'), /released 1 job\(s\)/);
+});
+
+test('the server restarted under a running worker: it reconnects, the rest is done once', async () => {
+  const q = queueName();
+  const ids = await pushBatch(app, q, Array.from({ length: 400 }, (_, n) => ({ n })));
+  const done = [];
+  const w = worker(q, async (job) => { await sleep(10); done.push(job.id); },
+    { concurrency: 4, wait: 5, reconnectMaxDelay: 1 });
+  await waitUntil(() => done.length >= 100, 60000, '100 jobs done');
+  await admin.end();
+  await app.end();
+  restartServer();
+  assert.ok(done.length < 400, 'the restart came too late to test anything');
+  admin = await connect(adminConfig);
+  app = await connect(config);
+  await waitUntil(() => done.length >= 400, 120000, 'the rest after the restart');
+  await waitUntil(async () => (await jobRows(admin, q)).length === 0, 30000, 'the last acks');
+  await w.stop();
+  assert.deepEqual([...done].sort(), [...ids].sort());
+});
+
+test('a missing extension stops the worker with the reason', { skip: PASS !== 'direct' && 'direct pass only' }, async () => {
+  const w = new Worker({ ...config, database: 'postgres' }, { concurrency: 1, logger: quiet });
+  w.handle(queueName(), async () => {});
+  await assert.rejects(w.run({ signals: false }), (err) => err instanceof WorkerSetupError && /pgq_claim/.test(err.message));
+});
+
+test('formatError: name, message and the top of the stack', () => {
+  function inner() { throw new RangeError('too far'); }
+  let text;
+  try { inner(); } catch (e) { text = formatError(e); }
+  const [first, second] = text.split('\n');
+  assert.equal(first, 'RangeError: too far');
+  assert.match(second, /^\s+at inner /);
+  assert.ok(formatError(new Error('x'.repeat(10000))).length <= 4000);
+  assert.equal(formatError('a string'), 'thrown: a string');
+});

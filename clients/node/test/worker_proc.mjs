@@ -1,0 +1,26 @@
+// A worker process for the tests that kill or signal one:
+//   node worker_proc.mjs DSN QUEUE LOG CONCURRENCY LEASE SLEEP SHUTDOWN_TIMEOUT
+// Its handler appends "start ID TRIES" to LOG, sleeps SLEEP seconds, then
+// appends "done ID" (each line written at once, so a test sees them after a
+// SIGKILL).
+import fs from 'node:fs';
+import { Worker } from 'pgqueue';
+import { pgConfig } from './helpers.mjs';
+
+const [dsn, queue, log, concurrency, lease, sleepS, shutdownTimeout] = process.argv.slice(2);
+const fd = fs.openSync(log, 'a');
+const note = (line) => fs.writeSync(fd, `${line}\n`);
+const worker = new Worker(pgConfig(dsn), {
+  concurrency: Number(concurrency), lease: Number(lease), wait: 10, shutdownTimeout: Number(shutdownTimeout),
+});
+worker.handle(queue, async (job) => {
+  note(`start ${job.id} ${job.tries}`);
+  await new Promise((r) => setTimeout(r, Number(sleepS) * 1000));
+  note(`done ${job.id}`);
+});
+note('ready');
+await worker.run();
+note('exit');
+// a handler that outlived shutdownTimeout still holds the event loop: its
+// job was released, so end the process now, as a worker's main should
+process.exit(0);

@@ -1,0 +1,33 @@
+"""pgqueue: producers and workers for the pgqueue job queue inside PostgreSQL.
+
+Producer side (on your own connection, inside your own transaction)::
+
+    import pgqueue
+    pgqueue.push(conn, "emails", {"to": "a@example.com"})
+    pgqueue.push_batch(conn, "thumbnails", [{"img": 1}, {"img": 2}])
+
+Worker side::
+
+    w = pgqueue.Worker("dbname=app", concurrency=4)
+
+    @w.handler("emails")
+    def send(job: pgqueue.Job) -> None:
+        ...                      # return: ack; raise: nack (retried, then failed)
+
+    w.run()                      # until SIGTERM / SIGINT
+
+Operations (``pgqueue.admin``) and the command line: ``python3 -m pgqueue``.
+"""
+
+from .admin import cancel, counters, jobs, purge, retry, retry_failed, stats
+from .errors import NeedsNewerExtension, PgQueueError, Retry, WorkerSetupError
+from .producer import push, push_batch
+from .worker import Job, Worker, format_error
+
+__version__ = "1.0.0"
+
+__all__ = [
+    "Job", "NeedsNewerExtension", "PgQueueError", "Retry", "Worker", "WorkerSetupError",
+    "cancel", "counters", "format_error", "jobs", "purge", "push", "push_batch", "retry",
+    "retry_failed", "stats",
+]

@@ -1,0 +1,572 @@
+"""The worker: runs handlers for claimed jobs, N at a time, in threads.
+
+Each slot (thread) has its own connection and lock_key (``host:pid:n``) and
+loops: a blocking claim (``pgq_claim(..., wait => ...)``) of one job of the
+registered queues, the queue's handler, then ``pgq_ack`` on success or
+``pgq_nack`` with the error.  One heartbeat thread with a connection of its
+own extends the lease of every running job at a third of the lease.
+
+Failure handling, in short:
+
+* handler raises: nack with ``Type: message`` and the traceback's tail
+  (``Retry(delay)`` picks the retry delay);
+* lease lost (``pgq_extend`` answered NULL): the result is not acked, and
+  this is logged;
+* connection lost: the slot reconnects with exponential backoff and retries
+  the ack or nack it was sending (a second ack of a job that was acked
+  answers false and changes nothing); a claim whose answer was lost is
+  undone at once with ``pgq_release`` of the slot's key;
+* SIGTERM/SIGINT (``run()``): no new claims (waiting claims are cancelled),
+  running handlers get ``shutdown_timeout`` seconds to finish, then the
+  jobs still held are given back with ``pgq_release``.
+
+Nothing here keeps session state on the server and no statement is prepared
+on it unless ``prepare_threshold`` asks for it, so a worker runs unchanged
+through PgBouncer in transaction pooling.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Callable, Dict, List, Optional
+from uuid import UUID
+
+import psycopg
+
+from .errors import Retry, WorkerSetupError
+from .producer import Delay, as_interval
+
+log = logging.getLogger("pgqueue.worker")
+
+Handler = Callable[["Job"], Any]
+
+# Slot numbers are unique in the process, so that two Worker objects in one
+# process never share a lock_key.
+_slot_numbers = itertools.count()
+
+_CLAIM = ("SELECT id, queue, payload, tries, version, lock_timeout"
+          " FROM pgq_claim(%s, 1, %s, %s, %s)")
+_EXTEND = "SELECT pgq_extend(%s, %s, %s)"
+_ACK = "SELECT pgq_ack(%s, %s)"
+_NACK = "SELECT pgq_nack(%s, %s, %s, %s)"
+_RELEASE = "SELECT pgq_release(%s)"
+
+# Errors that no reconnect will mend: stop the worker and say why.
+_SETUP_ERRORS = (psycopg.errors.UndefinedFunction,
+                 psycopg.errors.InsufficientPrivilege,
+                 psycopg.errors.InvalidParameterValue)
+
+#: How much of a traceback goes into the job's last_error.
+TRACEBACK_FRAMES = 5
+ERROR_MAX_CHARS = 4000
+
+
+@dataclass
+class Job:
+    """A claimed job, as a handler sees it."""
+
+    id: UUID
+    queue: str
+    payload: Any
+    tries: int
+    """The attempt number: 1 on the first claim."""
+    version: int
+    lock_timeout: datetime
+    """The lease's current deadline (moved on by each extension)."""
+    lock_key: str
+    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once an extension found the job no longer held by this worker."""
+        return self._lost.is_set()
+
+
+def format_error(exc: BaseException) -> str:
+    """``Type: message`` and the last frames of the traceback, for last_error."""
+    name = type(exc).__qualname__
+    module = type(exc).__module__
+    if module not in ("builtins", "__main__"):
+        name = f"{module}.{name}"
+    frames = traceback.format_tb(exc.__traceback__)[-TRACEBACK_FRAMES:]
+    text = f"{name}: {exc}\nTraceback (most recent call last):\n" + "".join(frames)
+    if len(text) > ERROR_MAX_CHARS:
+        text = text[:200] + "\n...\n" + text[-(ERROR_MAX_CHARS - 205):]
+    return text.rstrip("\n")
+
+
+class _Slot:
+    """One handler thread: its lock_key, its connection and what it is doing."""
+
+    IDLE, CLAIMING, RUNNING = "idle", "claiming", "running"
+
+    def __init__(self, number: int, lock_key: str, reconnect_max_delay: float) -> None:
+        self.number = number
+        self.lock_key = lock_key
+        self.conn: Optional[psycopg.Connection] = None
+        self.state = self.IDLE
+        self.lock = threading.Lock()
+        self.thread: Optional[threading.Thread] = None
+        # set at shutdown when the handler outlived shutdown_timeout: its
+        # job is released, so its result must not be acked any more
+        self.abandoned = threading.Event()
+        self.backoff = _Backoff(reconnect_max_delay)
+
+
+class Worker:
+    """Runs handlers for the jobs of the queues registered with it.
+
+    >>> w = Worker("dbname=app", concurrency=4)
+    >>> @w.handler("emails")
+    ... def send(job): ...
+    >>> w.run()          # until SIGTERM or SIGINT
+
+    ``conninfo`` is a libpq connection string (PgBouncer's address works).
+    ``concurrency``: handlers that run at once (threads, one connection
+    each, plus one for the heartbeat).  ``lease``: seconds a claim holds a
+    job; extended every ``lease / 3`` while the handler runs.  ``wait``:
+    seconds a claim blocks waiting for work (at most 60: a waiting claim
+    holds a snapshot).  ``shutdown_timeout``: seconds running handlers get
+    after a stop request.  ``retry_delay``: the nack's ``retry_in`` after a
+    handler raised (None: the server's exponential backoff).  ``name``:
+    the lock_key prefix, ``host:pid`` by default; slot n's key is
+    ``name:n``.  ``prepare_threshold``: psycopg's, None (never prepare on
+    the server) by default so that PgBouncer's transaction pooling works.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        concurrency: int = 4,
+        lease: float = 30.0,
+        wait: float = 10.0,
+        shutdown_timeout: float = 30.0,
+        retry_delay: Optional[Delay] = None,
+        name: Optional[str] = None,
+        prepare_threshold: Optional[int] = None,
+        reconnect_max_delay: float = 10.0,
+        connect_kwargs: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not 0 < lease <= 7 * 86400:
+            raise ValueError("lease must be between 0 and 7 days (seconds)")
+        if not 0 < wait <= 60:
+            raise ValueError("wait must be more than 0 and at most 60 seconds")
+        self.conninfo = conninfo
+        self.concurrency = concurrency
+        self.lease = lease
+        self.wait = wait
+        self.shutdown_timeout = shutdown_timeout
+        self.retry_delay = as_interval(retry_delay)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.prepare_threshold = prepare_threshold
+        self.reconnect_max_delay = reconnect_max_delay
+        self.connect_kwargs = {"connect_timeout": 10, "application_name": "pgqueue worker"}
+        self.connect_kwargs.update(connect_kwargs or {})
+        self._handlers: Dict[str, Handler] = {}
+        self._slots: List[_Slot] = []
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._fatal: Optional[BaseException] = None
+        self._heartbeat: Optional[_Heartbeat] = None
+        self._started = False
+
+    # -- registration ---------------------------------------------------------
+
+    def register(self, queue: str, handler: Handler) -> None:
+        """Run ``handler(job)`` for the jobs of ``queue``."""
+        if self._started:
+            raise RuntimeError("register handlers before starting the worker")
+        self._handlers[queue] = handler
+
+    def handler(self, queue: str) -> Callable[[Handler], Handler]:
+        """Decorator form of :meth:`register`."""
+        def decorate(fn: Handler) -> Handler:
+            self.register(queue, fn)
+            return fn
+        return decorate
+
+    @property
+    def lock_keys(self) -> List[str]:
+        """The lock_keys of this worker's slots (known once started)."""
+        return [s.lock_key for s in self._slots]
+
+    # -- running --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the slots and the heartbeat in background threads; returns at once."""
+        if not self._handlers:
+            raise WorkerSetupError("no handler registered: call register(queue, fn) first")
+        if self._started:
+            raise RuntimeError("a Worker runs once; make a new one")
+        self._started = True
+        self._heartbeat = _Heartbeat(self)
+        self._heartbeat.start()
+        for _ in range(self.concurrency):
+            n = next(_slot_numbers)
+            slot = _Slot(n, f"{self.name}:{n}", self.reconnect_max_delay)
+            slot.thread = threading.Thread(target=self._slot_loop, args=(slot,),
+                                           name=f"pgqueue-slot-{n}", daemon=True)
+            self._slots.append(slot)
+        log.info("worker %s: %d slots on queues %s, lease %ss", self.name,
+                 self.concurrency, ", ".join(sorted(self._handlers)), self.lease)
+        for slot in self._slots:
+            assert slot.thread is not None
+            slot.thread.start()
+
+    def run(self, install_signal_handlers: bool = True) -> None:
+        """Start, then block until SIGTERM/SIGINT (or :meth:`request_stop`), then stop.
+
+        Signal handlers are installed only when called from the main thread.
+        Raises :class:`WorkerSetupError` when the worker had to stop because
+        of its setup (the extension missing, a privilege lacking).
+        """
+        previous = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self.start()
+            self._stopping.wait()
+            self.stop()
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+        if self._fatal is not None:
+            raise WorkerSetupError(str(self._fatal)) from self._fatal
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        log.info("worker %s: %s received, stopping", self.name, signal.Signals(signum).name)
+        self.request_stop()
+
+    def request_stop(self) -> None:
+        """Ask the worker to stop (safe from any thread or a signal handler)."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested."""
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """Stop gracefully and wait: see the module's docstring.  Idempotent."""
+        self._stopping.set()
+        if self._stopped.is_set():
+            return
+        deadline = time.monotonic() + self.shutdown_timeout
+        # Cancel waiting claims, again while one still waits (a cancel that
+        # reached the server just before the claim started does nothing).
+        while True:
+            alive = [s for s in self._slots if s.thread and s.thread.is_alive()]
+            if not alive or time.monotonic() >= deadline:
+                break
+            for slot in alive:
+                self._cancel_claim(slot)
+            alive[0].thread.join(min(0.2, max(0.0, deadline - time.monotonic())))
+        left = [s for s in self._slots if s.thread and s.thread.is_alive()]
+        for slot in left:
+            slot.abandoned.set()
+        if left:
+            self._release([s.lock_key for s in left])
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        for slot in self._slots:
+            if slot not in left and slot.conn is not None:
+                slot.conn.close()
+        self._stopped.set()
+        log.info("worker %s stopped", self.name)
+
+    def _cancel_claim(self, slot: _Slot) -> None:
+        with slot.lock:
+            if slot.state == _Slot.CLAIMING and slot.conn is not None:
+                try:
+                    slot.conn.cancel()
+                except psycopg.Error:
+                    pass
+
+    def _release(self, keys: List[str]) -> None:
+        """Give back the jobs of slots whose handlers outlived shutdown_timeout."""
+        try:
+            with self._connect() as conn:
+                for key in keys:
+                    n = conn.execute(_RELEASE, [key]).fetchone()[0]
+                    log.warning("worker %s: handler still running at shutdown: "
+                                "released %d job(s) of %s", self.name, n, key)
+        except psycopg.Error as err:
+            log.error("worker %s: could not release %s at shutdown (their leases will "
+                      "run out instead): %s", self.name, ", ".join(keys), err)
+
+    # -- connections ------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection:
+        return psycopg.connect(self.conninfo, autocommit=True,
+                               prepare_threshold=self.prepare_threshold,
+                               **self.connect_kwargs)
+
+    def _reconnect(self, what: str, backoff: "_Backoff",
+                   give_up: threading.Event) -> Optional[psycopg.Connection]:
+        """A new connection, retried after ``backoff`` pauses.
+
+        Returns None when ``give_up`` is set while it waits.
+        """
+        while not give_up.is_set():
+            try:
+                conn = self._connect()
+                if backoff.failures:
+                    log.info("%s: connected again", what)
+                return conn
+            except psycopg.OperationalError as err:
+                backoff.pause(what, "cannot connect", err, give_up)
+        return None
+
+    def _slot_conn(self, slot: _Slot, give_up: threading.Event) -> Optional[psycopg.Connection]:
+        if slot.conn is not None and not slot.conn.closed:
+            return slot.conn
+        conn = self._reconnect(slot.lock_key, slot.backoff, give_up)
+        with slot.lock:
+            slot.conn = conn
+        return conn
+
+    def _drop_conn(self, slot: _Slot) -> None:
+        with slot.lock:
+            conn, slot.conn = slot.conn, None
+        if conn is not None:
+            conn.close()
+
+    def _fail(self, err: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = err
+            log.error("worker %s: stopping: %s", self.name, err)
+        self._stopping.set()
+
+    # -- one slot ---------------------------------------------------------------
+
+    def _slot_loop(self, slot: _Slot) -> None:
+        queues = sorted(self._handlers)
+        lease = timedelta(seconds=self.lease)
+        wait = timedelta(seconds=self.wait)
+        claim_lost = False
+        while not self._stopping.is_set():
+            conn = self._slot_conn(slot, self._stopping)
+            if conn is None:
+                break
+            try:
+                if claim_lost:
+                    # The last claim's answer never came: it may have taken a
+                    # job for this key.  Give any such job back at once.
+                    n = conn.execute(_RELEASE, [slot.lock_key]).fetchone()[0]
+                    if n:
+                        log.info("%s: released %d job(s) claimed before the connection "
+                                 "was lost", slot.lock_key, n)
+                    claim_lost = False
+                with slot.lock:
+                    if self._stopping.is_set():
+                        break
+                    slot.state = _Slot.CLAIMING
+                try:
+                    row = conn.execute(_CLAIM, [slot.lock_key, lease, queues, wait]).fetchone()
+                finally:
+                    with slot.lock:
+                        slot.state = _Slot.IDLE
+            except psycopg.errors.QueryCanceled:
+                continue  # stop() cancelled the waiting claim: nothing was claimed
+            except _SETUP_ERRORS as err:
+                self._fail(err)
+                break
+            except psycopg.OperationalError as err:
+                self._drop_conn(slot)
+                claim_lost = True
+                slot.backoff.pause(slot.lock_key, "connection lost while claiming", err,
+                                   self._stopping)
+                continue
+            slot.backoff.reset()
+            if row is None:
+                continue
+            job = Job(id=row[0], queue=row[1], payload=row[2], tries=row[3],
+                      version=row[4], lock_timeout=row[5], lock_key=slot.lock_key)
+            with slot.lock:
+                slot.state = _Slot.RUNNING
+            try:
+                self._run_job(slot, job)
+            finally:
+                with slot.lock:
+                    slot.state = _Slot.IDLE
+
+    def _run_job(self, slot: _Slot, job: Job) -> None:
+        handler = self._handlers[job.queue]
+        assert self._heartbeat is not None
+        self._heartbeat.add(job)
+        error: Optional[str] = None
+        retry_in = self.retry_delay
+        try:
+            log.debug("%s: job %s of %s, try %d", slot.lock_key, job.id, job.queue, job.tries)
+            handler(job)
+        except Retry as r:
+            error, retry_in = f"Retry: {r.message}", r.delay
+        except Exception as exc:  # a handler's failure is the job's, not the worker's
+            error = format_error(exc)
+            log.warning("%s: job %s of %s failed on try %d: %s: %s", slot.lock_key,
+                        job.id, job.queue, job.tries, type(exc).__name__, exc)
+        finally:
+            self._heartbeat.remove(job)
+        if slot.abandoned.is_set():
+            log.warning("%s: job %s finished after shutdown released it: result dropped",
+                        slot.lock_key, job.id)
+            return
+        if job.lease_lost:
+            log.error("%s: lease of job %s was lost while its handler ran: result not %s",
+                      slot.lock_key, job.id, "acked" if error is None else "nacked")
+            return
+        self._finish(slot, job, error, retry_in)
+
+    def _finish(self, slot: _Slot, job: Job, error: Optional[str],
+                retry_in: Optional[timedelta]) -> None:
+        """Ack (error None) or nack the job, retried across lost connections."""
+        resent = False
+        while True:
+            conn = self._slot_conn(slot, slot.abandoned)
+            if conn is None:
+                return
+            try:
+                if error is None:
+                    ok = conn.execute(_ACK, [job.id, slot.lock_key]).fetchone()[0]
+                    if not ok:
+                        log.log(logging.INFO if resent else logging.ERROR,
+                                "%s: ack of job %s answered false: %s", slot.lock_key, job.id,
+                                "the ack sent before the connection was lost committed"
+                                if resent else "the job is no longer held (lease lost)")
+                else:
+                    state = conn.execute(_NACK, [job.id, slot.lock_key, error, retry_in]).fetchone()[0]
+                    if state is None and not resent:
+                        log.error("%s: nack of job %s: the job is no longer held",
+                                  slot.lock_key, job.id)
+                    elif state == "failed":
+                        log.warning("%s: job %s of %s failed for good after %d tries",
+                                    slot.lock_key, job.id, job.queue, job.tries)
+                slot.backoff.reset()
+                return
+            except psycopg.errors.QueryCanceled:
+                resent = True  # a stray cancel from stop(): the statement rolled back
+            except psycopg.OperationalError as err:
+                self._drop_conn(slot)
+                resent = True
+                slot.backoff.pause(slot.lock_key, f"connection lost finishing job {job.id}",
+                                   err, slot.abandoned)
+
+
+class _Heartbeat:
+    """Extends the lease of every running job at a third of the lease."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.period = worker.lease / 3
+        self.lease = timedelta(seconds=worker.lease)
+        self.due: Dict[UUID, float] = {}
+        self.jobs: Dict[UUID, Job] = {}
+        self.cond = threading.Condition()
+        self.done = threading.Event()
+        self.backoff = _Backoff(worker.reconnect_max_delay)
+        self.conn: Optional[psycopg.Connection] = None
+        self.thread = threading.Thread(target=self._loop, name="pgqueue-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.done.set()
+            self.cond.notify()
+        self.thread.join(5)
+        if self.conn is not None:
+            self.conn.close()
+
+    def add(self, job: Job) -> None:
+        # No wake-up needed: the loop never sleeps longer than a period, and
+        # this job is due a full period from now.
+        with self.cond:
+            self.jobs[job.id] = job
+            self.due[job.id] = time.monotonic() + self.period
+
+    def remove(self, job: Job) -> None:
+        with self.cond:
+            self.jobs.pop(job.id, None)
+            self.due.pop(job.id, None)
+
+    def _next_due(self) -> List[Job]:
+        """Blocks until some job's extension is due; [] when stopping."""
+        with self.cond:
+            while not self.done.is_set():
+                now = time.monotonic()
+                ready = [self.jobs[i] for i, t in self.due.items() if t <= now]
+                if ready:
+                    return ready
+                timeout = min(self.due.values()) - now if self.due else self.period
+                self.cond.wait(timeout)
+            return []
+
+    def _loop(self) -> None:
+        while True:
+            jobs = self._next_due()
+            if not jobs:
+                return
+            if self.conn is None or self.conn.closed:
+                self.conn = self.worker._reconnect("heartbeat", self.backoff, self.done)
+                if self.conn is None:
+                    return
+            for job in jobs:
+                try:
+                    until = self.conn.execute(_EXTEND, [job.id, job.lock_key, self.lease]).fetchone()[0]
+                except psycopg.OperationalError as err:
+                    self.conn.close()
+                    self.backoff.pause("heartbeat", "connection lost", err, self.done)
+                    break
+                self.backoff.reset()
+                with self.cond:
+                    if job.id not in self.jobs:
+                        continue  # finished meanwhile
+                    if until is None:
+                        job._lost.set()
+                        self.jobs.pop(job.id)
+                        self.due.pop(job.id)
+                        log.error("%s: lease of job %s lost (pgq_extend answered NULL): "
+                                  "its result will not be acked", job.lock_key, job.id)
+                    else:
+                        job.lock_timeout = until
+                        self.due[job.id] = time.monotonic() + self.period
+
+
+class _Backoff:
+    """Exponential backoff with jitter between attempts after a connection failure."""
+
+    FIRST = 0.1
+
+    def __init__(self, maximum: float) -> None:
+        self.maximum = maximum
+        self.delay = 0.0
+        self.failures = 0
+
+    def reset(self) -> None:
+        """A statement went through: the next failure starts over."""
+        self.delay = 0.0
+        self.failures = 0
+
+    def pause(self, who: str, what: str, err: BaseException, give_up: threading.Event) -> None:
+        """Log the failure, then wait the next delay (or until ``give_up`` is set)."""
+        self.failures += 1
+        self.delay = min(max(self.delay * 2, self.FIRST), self.maximum)
+        pause = self.delay * random.uniform(0.5, 1.0)
+        log.warning("%s: %s (failure %d, next try in %.2fs): %s", who, what, self.failures,
+                    pause, " ".join(str(err).split()))
+        give_up.wait(pause)

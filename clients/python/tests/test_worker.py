@@ -1,0 +1,277 @@
+"""The Worker against a real server (and, in the second pass, PgBouncer)."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+import pgqueue
+from conftest import DSN, HERE, job_rows, restart_server, wait_until
+
+
+def counter(admin: psycopg.Connection, name: str) -> int:
+    return admin.execute(f"SELECT {name} FROM pgq_counters()").fetchone()[0]
+
+
+def test_2000_jobs_over_3_queues_each_done_once(app, admin, queue, running):
+    queues = [f"{queue}_{i}" for i in range(3)]
+    with app.transaction():
+        for i, q in enumerate(queues):
+            pgqueue.push_batch(app, q, [{"n": n} for n in range(i, 2000, 3)])
+    done: list[tuple[str, int]] = []
+    keys: set[str] = set()
+    active = [0, 0]  # now, most at once
+    lock = threading.Lock()
+
+    def handle(job: pgqueue.Job) -> None:
+        with lock:
+            active[0] += 1
+            active[1] = max(active[1], active[0])
+        time.sleep(0.002)
+        with lock:
+            active[0] -= 1
+            done.append((job.queue, job.payload["n"]))
+            keys.add(job.lock_key)
+
+    w = pgqueue.Worker(DSN, concurrency=4, lease=30, wait=5)
+    for q in queues:
+        w.register(q, handle)
+    r = running(w)
+    wait_until(lambda: len(done) >= 2000, 120, "2,000 jobs done")
+    wait_until(lambda: not any(job_rows(admin, q) for q in queues), 10, "acks")
+    r.stop()
+    seen = collections.Counter(n for _, n in done)
+    assert len(done) == 2000 and set(seen) == set(range(2000)) and max(seen.values()) == 1
+    assert {q for q, n in done if n % 3 == 0} == {queues[0]}
+    host_pid = f"{socket.gethostname()}:{os.getpid()}:"
+    assert len(keys) == 4 and all(k.startswith(host_pid) for k in keys), keys
+    assert active[1] > 1, "handlers never ran at the same time"
+
+
+def test_raising_handler_is_retried_then_failed(app, admin, queue, running):
+    admin.execute("SELECT pgq_configure(%s, max_tries => 3)", [queue])
+    job_id = pgqueue.push(app, queue, {"x": 1})
+    tries: list[int] = []
+
+    def explode(job: pgqueue.Job) -> None:
+        tries.append(job.tries)
+        raise ValueError(f"boom on try {job.tries}")
+
+    w = pgqueue.Worker(DSN, concurrency=2, retry_delay=0, wait=5)
+    w.register(queue, explode)
+    r = running(w)
+    wait_until(lambda: job_rows(admin, queue)[0][1] == "failed", 30, "the job to fail")
+    r.stop()
+    assert tries == [1, 2, 3]
+    (jid, state, n, last_error, _), = job_rows(admin, queue)
+    assert (jid, state, n) == (job_id, "failed", 3)
+    assert last_error.startswith("ValueError: boom on try 3\nTraceback")
+    assert "in explode" in last_error and 'raise ValueError(f"boom' in last_error
+
+
+def test_handler_may_choose_the_retry_delay(app, admin, queue, running):
+    pgqueue.push(app, queue)
+    calls: list[int] = []
+
+    def later(job: pgqueue.Job) -> None:
+        calls.append(job.tries)
+        raise pgqueue.Retry(timedelta(minutes=10), "rate limited")
+
+    w = pgqueue.Worker(DSN, concurrency=1, wait=5)
+    w.register(queue, later)
+    r = running(w)
+    wait_until(lambda: job_rows(admin, queue)[0][1] == "retry", 20, "the nack")
+    r.stop()
+    state, error, due_in = admin.execute(
+        "SELECT state::text, last_error, extract(epoch FROM run_after - now())"
+        "  FROM pgqueue.queue WHERE queue = %s", [queue]).fetchone()
+    assert (state, error, calls) == ("retry", "Retry: rate limited", [1])
+    assert 590 < due_in <= 600
+
+
+def test_slow_handler_keeps_its_job(app, admin, queue, running):
+    """A handler three times longer than the lease: the heartbeat keeps the job."""
+    job_id = pgqueue.push(app, queue)
+    stolen_before = counter(admin, "leases_stolen")
+    calls: list[tuple[str, int]] = []
+
+    def slow(job: pgqueue.Job) -> None:
+        calls.append((job.lock_key, job.tries))
+        time.sleep(4.5)
+        assert not job.lease_lost
+
+    first = pgqueue.Worker(DSN, concurrency=1, lease=1.5, wait=5)
+    first.register(queue, slow)
+    running(first)
+    wait_until(lambda: calls, 20, "the first claim")
+    # a second worker on the same queue, claiming all the while
+    second = pgqueue.Worker(DSN, concurrency=2, lease=1.5, wait=1)
+    second.register(queue, slow)
+    running(second)
+    wait_until(lambda: not job_rows(admin, queue), 20, "the ack")
+    assert len(calls) == 1 and calls[0][1] == 1
+    assert calls[0][0] in first.lock_keys
+    assert counter(admin, "leases_stolen") == stolen_before
+    assert admin.execute("SELECT count(*) FROM pgqueue.queue WHERE id = %s",
+                         [job_id]).fetchone()[0] == 0
+
+
+def test_lost_lease_is_not_acked(app, admin, queue, running, caplog):
+    job_id = pgqueue.push(app, queue)
+    started, lost = threading.Event(), threading.Event()
+
+    def handle(job: pgqueue.Job) -> None:
+        started.set()
+        wait_until(lambda: job.lease_lost, 10, "the heartbeat to notice")
+        lost.set()
+
+    w = pgqueue.Worker(DSN, concurrency=1, lease=1.5, wait=5)
+    w.register(queue, handle)
+    with caplog.at_level(logging.ERROR, logger="pgqueue.worker"):
+        r = running(w)
+        assert started.wait(20)
+        # another holder takes the job behind the worker's back
+        admin.execute("UPDATE pgqueue.work_queue SET lock_key = 'intruder' WHERE id = %s",
+                      [job_id])
+        assert lost.wait(15)
+        time.sleep(0.5)
+        r.stop()
+    assert [(s, k) for _, s, _, _, k in job_rows(admin, queue)] == [("scheduled", "intruder")]
+    assert any("lease of job" in m and str(job_id) in m and "not acked" in m
+               for m in caplog.messages), caplog.messages
+
+
+def _proc(queue: str, log: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "worker_proc.py"),
+                             DSN, queue, log, *args],
+                            stderr=open(log + ".stderr", "w"))
+
+
+def _lines(log: str, word: str) -> list[list[str]]:
+    if not os.path.exists(log):
+        return []
+    with open(log) as f:
+        return [line.split()[1:] for line in f if line.split()[:1] == [word]]
+
+
+def test_sigkill_mid_job_is_stolen_after_the_lease(app, admin, queue, running, tmp_path):
+    ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(3)])
+    log = str(tmp_path / "killed.log")
+    p = _proc(queue, log, "--concurrency", "1", "--lease", "2", "--sleep", "60")
+    try:
+        wait_until(lambda: _lines(log, "start"), 30, "the first job to start")
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+    finally:
+        p.kill()
+    (victim, tries), = _lines(log, "start")
+    assert tries == "1"
+    done: list[tuple[str, int]] = []
+    w = pgqueue.Worker(DSN, concurrency=2, lease=30, wait=2)
+    w.register(queue, lambda job: done.append((str(job.id), job.tries)))
+    r = running(w)
+    wait_until(lambda: not job_rows(admin, queue), 30, "all jobs acked")
+    r.stop()
+    assert sorted(done) == sorted([(str(i), 2 if str(i) == victim else 1) for i in ids])
+
+
+def test_sigterm_lets_running_handlers_finish(app, admin, queue, running, tmp_path):
+    ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(10)])
+    log = str(tmp_path / "term.log")
+    p = _proc(queue, log, "--concurrency", "4", "--sleep", "1.5")
+    try:
+        wait_until(lambda: len(_lines(log, "start")) == 4, 30, "4 running handlers")
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(20) == 0
+        took = time.monotonic() - t0
+    finally:
+        p.kill()
+    started = {i for i, _ in _lines(log, "start")}
+    finished = {i for i, in _lines(log, "done")}
+    assert len(started) == 4 and finished == started
+    assert took < 4, f"exit took {took:.1f}s: waiting claims were not cancelled"
+    rows = job_rows(admin, queue)
+    assert {str(r[0]) for r in rows} == {str(i) for i in ids} - started
+    assert all(r[4] is None and r[2] == 0 for r in rows)  # none held, none tried
+    done: list[str] = []
+    w = pgqueue.Worker(DSN, concurrency=2, wait=2)
+    w.register(queue, lambda job: done.append(str(job.id)))
+    r = running(w)
+    wait_until(lambda: not job_rows(admin, queue), 30, "the rest done")
+    r.stop()
+    assert sorted(done + list(started)) == sorted(str(i) for i in ids)
+
+
+def test_sigterm_past_the_timeout_releases_the_job(app, admin, queue, tmp_path):
+    job_id = pgqueue.push(app, queue)
+    log = str(tmp_path / "timeout.log")
+    p = _proc(queue, log, "--sleep", "60", "--shutdown-timeout", "0.5", "--lease", "600")
+    try:
+        wait_until(lambda: _lines(log, "start"), 30, "the handler to start")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(20) == 0
+    finally:
+        p.kill()
+    assert not _lines(log, "done")
+    # released: claimable at once although its 10-minute lease has not run out
+    row = admin.execute("SELECT id, tries FROM pgq_claim('probe', 1, '1 minute', ARRAY[%s])",
+                        [queue]).fetchone()
+    assert row == (job_id, 2)
+    with open(log + ".stderr") as f:
+        assert "released 1 job(s)" in f.read()
+
+
+def test_server_restart_under_a_running_worker(app, admin, queue, running):
+    ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(400)])
+    done: list[str] = []
+
+    def handle(job: pgqueue.Job) -> None:
+        time.sleep(0.01)
+        done.append(str(job.id))
+
+    w = pgqueue.Worker(DSN, concurrency=4, lease=30, wait=5, reconnect_max_delay=1)
+    w.register(queue, handle)
+    r = running(w)
+    wait_until(lambda: len(done) >= 100, 60, "100 jobs done")
+    admin.close()
+    restart_server()
+    assert len(done) < 400, "the restart came too late to test anything"
+    wait_until(lambda: len(done) >= 400, 120, "the rest after the restart")
+    with psycopg.connect(os.environ["PGQ_ADMIN_DSN"], autocommit=True) as again:
+        wait_until(lambda: not job_rows(again, queue), 30, "the last acks")
+    r.stop()
+    assert sorted(done) == sorted(str(i) for i in ids)
+
+
+@pytest.mark.direct_only
+def test_missing_extension_stops_the_worker_with_a_reason(queue):
+    w = pgqueue.Worker(DSN.replace("dbname=pgq_test", "dbname=postgres"), concurrency=1)
+    w.register(queue, lambda job: None)
+    with pytest.raises(pgqueue.WorkerSetupError, match="pgq_claim"):
+        w.run(install_signal_handlers=False)
+
+
+def test_format_error_has_type_message_and_traceback_tail():
+    def inner() -> None:
+        raise KeyError("missing")
+    try:
+        inner()
+    except KeyError as e:
+        text = pgqueue.format_error(e)
+    first, *rest = text.splitlines()
+    assert first == "KeyError: 'missing'"
+    assert rest[0] == "Traceback (most recent call last):" and "in inner" in text
+    big = RuntimeError("x" * 10000)
+    assert len(pgqueue.format_error(big)) <= pgqueue.worker.ERROR_MAX_CHARS

@@ -1,0 +1,56 @@
+"""A worker process for the tests that kill or signal one.
+
+    python worker_proc.py DSN QUEUE LOG --concurrency N --lease S --sleep S
+                          [--shutdown-timeout S]
+
+Runs pgqueue.Worker.run() on QUEUE.  Its handler appends ``start ID TRIES``
+to LOG, sleeps ``--sleep`` seconds, then appends ``done ID``; each line is
+flushed at once, so a test can read what happened before a SIGKILL.
+"""
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+
+import pgqueue
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("dsn")
+    p.add_argument("queue")
+    p.add_argument("log")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--lease", type=float, default=30)
+    p.add_argument("--sleep", type=float, default=0)
+    p.add_argument("--shutdown-timeout", type=float, default=30)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(threadName)s %(levelname)s %(message)s")
+    lock = threading.Lock()
+    fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def note(line: str) -> None:
+        with lock:
+            os.write(fd, (line + "\n").encode())
+
+    worker = pgqueue.Worker(args.dsn, concurrency=args.concurrency, lease=args.lease,
+                            wait=10, shutdown_timeout=args.shutdown_timeout)
+
+    @worker.handler(args.queue)
+    def handle(job: pgqueue.Job) -> None:
+        note(f"start {job.id} {job.tries}")
+        time.sleep(args.sleep)
+        note(f"done {job.id}")
+
+    note("ready")
+    worker.run()
+    note("exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
