@@ -159,18 +159,18 @@ function createServer(opts) {
 		return features;
 	}
 
-	async function rates() {
+	async function rates(features) {
 		try {
-			const r = await pool.query(Q.COUNTERS);
+			const r = await pool.query(Q.countersSql(features.schemaSql));
 			return { rates: sample(r.rows[0]) };
 		} catch (e) {
 			return { error: e.code === '42501' ? 'no privilege on pgq_counters()' : e.message };
 		}
 	}
 
-	async function overviewData() {
+	async function overviewData(features) {
 		const [queues, rt] = await Promise.all([
-			pool.query(Q.OVERVIEW, [opts.countCap + 1]).then((r) => r.rows), rates()]);
+			pool.query(Q.OVERVIEW, [opts.countCap + 1]).then((r) => r.rows), rates(features)]);
 		return { queues, rt };
 	}
 
@@ -379,11 +379,11 @@ function createServer(opts) {
 			ctx.flash = flash.take(u.searchParams.get('flash'));
 			let m;
 			if (u.pathname === '/') {
-				const { queues, rt } = await overviewData();
+				const { queues, rt } = await overviewData(ctx.features);
 				return send(res, 200, P.overview(ctx, queues, rt, opts.countCap, opts.refreshMs));
 			}
 			if (u.pathname === '/fragments/overview') {
-				const { queues, rt } = await overviewData();
+				const { queues, rt } = await overviewData(ctx.features);
 				return send(res, 200, P.overviewLive(ctx, queues, rt, opts.countCap));
 			}
 			if ((m = /^\/queues\/([^/]+)$/.exec(u.pathname)))

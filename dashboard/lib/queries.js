@@ -180,6 +180,19 @@ async function listPage(db, list, queue, cursor, limit) {
 
 class BadRequest extends Error {}
 
+/* The distinct queues among the jobs that an index with this predicate
+ * holds (its first column is queue): one probe per queue. */
+function skipScan(name, predicate) {
+	return `${name} AS (
+    (SELECT q.queue FROM pgqueue.queue q WHERE ${predicate}
+      ORDER BY q.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.queue FROM pgqueue.queue q
+             WHERE ${predicate} AND q.queue > r.queue
+             ORDER BY q.queue LIMIT 1)
+      FROM ${name} r WHERE r.queue IS NOT NULL)`;
+}
+
 /*
  * The queues: every queue with settings or jobs.  Names come from the
  * settings table and from a skip scan over each index whose rows carry a
@@ -197,19 +210,6 @@ class BadRequest extends Error {}
  * the first entry of each priority in queue_ready_idx (due ones only), the
  * first 100 jobs in work_queue in claim order, and the expired leases.
  */
-/* The distinct queues among the jobs that an index with this predicate
- * holds (its first column is queue): one probe per queue. */
-function skipScan(name, predicate) {
-	return `${name} AS (
-    (SELECT q.queue FROM pgqueue.queue q WHERE ${predicate}
-      ORDER BY q.queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT q.queue FROM pgqueue.queue q
-             WHERE ${predicate} AND q.queue > r.queue
-             ORDER BY q.queue LIMIT 1)
-      FROM ${name} r WHERE r.queue IS NOT NULL)`;
-}
-
 const QUEUE_NAMES = `
 WITH RECURSIVE
 ${skipScan('ready', "q.state IN ('pending', 'retry')")},
@@ -281,9 +281,12 @@ const OVERVIEW = overviewSql(QUEUE_NAMES);
 // One queue: the same row as the overview's, for that queue only.
 const QUEUE_ONE = overviewSql('SELECT $2::text AS queue');
 
-const COUNTERS = `SELECT pushed, scheduled, claimed, acked, nacked, failed, leases_stolen,
+/* The counters since server start; schema as for actionSql. */
+function countersSql(schema) {
+	return `SELECT pushed, scheduled, claimed, acked, nacked, failed, leases_stolen,
        EXTRACT(epoch FROM pg_catalog.clock_timestamp()) AS at
-  FROM pgq_counters()`;
+  FROM ${schema}.pgq_counters()`;
+}
 
 /* One job: the view's row, with the work_queue row's claim times. */
 const JOB = `
@@ -307,8 +310,8 @@ SELECT a.id::text AS id, a.queue, 'archived' AS state, a.outcome, a.priority, a.
 
 /*
  * What the database has: the extension's schema and version, which of the
- * operator functions and objects of 1.1 exist, and what the role it
- * connects as may do.
+ * operator functions and objects of 1.1 exist, and the role the dashboard
+ * connects as.
  */
 const FEATURES = `
 SELECT e.extversion AS version, n.nspname AS schema, current_user AS role,
@@ -343,5 +346,5 @@ function actionSql(schema, action) {
 
 module.exports = {
 	LISTS, segmentSql, listPage, BadRequest,
-	OVERVIEW, QUEUE_ONE, COUNTERS, JOB, ARCHIVED_JOB, FEATURES, RETENTION, actionSql,
+	OVERVIEW, QUEUE_ONE, countersSql, JOB, ARCHIVED_JOB, FEATURES, RETENTION, actionSql,
 };
