@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run the whole pgqueue test suite: pg_regress, isolation and TAP tests, and
-# the client libraries' tests (test/clients/run.sh).
+# the client libraries' tests (test/clients/run.sh) and the dashboard's
+# browser tests (dashboard/test/run.sh).
 #
 #   sudo bash scripts/test.sh            # everything
-#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap or clients
+#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, clients or dashboard
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
 #
 # Installs what it needs (Debian 12 packages), builds and installs the
@@ -18,7 +19,7 @@ fi
 
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
-KINDS=${*:-regress compat isolation tap clients}
+KINDS=${*:-regress compat isolation tap clients dashboard}
 export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '==> %s\n' "$*"; }
@@ -50,7 +51,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$WORK/tree" "$WORK/tmp"
-tar -C "$SRC" --exclude=.git --exclude='tmp_check*' --exclude=results --exclude=output_iso --exclude=output_compat -cf - . |
+tar -C "$SRC" --exclude=.git --exclude=node_modules --exclude='tmp_check*' --exclude=results --exclude=output_iso --exclude=output_compat -cf - . |
 	tar -C "$WORK/tree" -xf -
 log "building"
 if ! (cd "$WORK/tree" && make -s clean && make -s && make -s install) >"$WORK/build.log" 2>&1; then
@@ -113,8 +114,17 @@ for kind in $KINDS; do
 		read -r ok bad < <(tail -n 1 "$out" | sed -nE 's/^([0-9]+) passed, ([0-9]+) failed$/\1 \2/p')
 		ok=${ok:-0} bad=${bad:-0}
 		;;
+	dashboard)
+		# dashboard/test/run.sh: its own server, Chromium and npm packages
+		log "dashboard (browser tests)"
+		bash "$WORK/tree/dashboard/test/run.sh" >"$out" 2>&1
+		rc=$?
+		read -r ok bad < <(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1 \2/p' "$out" | tail -n 1)
+		ok=${ok:-0}
+		bad=${bad:-0}
+		;;
 	*)
-		echo "unknown test kind: $kind (use regress, compat, isolation, tap or clients)"
+		echo "unknown test kind: $kind (use regress, compat, isolation, tap, clients or dashboard)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;
