@@ -57,3 +57,152 @@ ALTER FUNCTION pgq_extend(uuid, text, interval) RESET ALL;
 ALTER FUNCTION pgq_ack(uuid, text) RESET ALL;
 ALTER FUNCTION pgq_ack_batch(uuid[], text) RESET ALL;
 ALTER FUNCTION pgq_nack(uuid, text, text, interval) RESET ALL;
+
+/*
+ * Operating pgqueue: a retention per queue (last column, as in a fresh
+ * install), the index of the dead letters, the archive, the marks of
+ * periodic jobs, and pg_dump of the user's data (1.0 did not mark its
+ * tables, so a dump brought back no jobs).
+ */
+ALTER TABLE pgqueue.queues
+    ADD COLUMN retention interval NOT NULL DEFAULT '0'
+               CHECK (retention >= '0' AND retention <= '365 days');
+
+-- The dead letters of a queue (pgq_retry_failed, pgq_purge).
+CREATE INDEX queue_failed_idx ON pgqueue.queue (queue)
+    WHERE state = 'failed';
+
+/*
+ * Finished jobs of the queues that have a retention (pgq_configure), written
+ * in the transaction of the ack, cancel or purge that finishes them.
+ *
+ * Partitioned by the time a row expires (finished + the queue's retention
+ * when it finished), one partition per UTC day, named archive_YYYYMMDD.
+ * Dropping a partition whose whole day has passed removes exactly rows that
+ * have expired, whatever each queue's retention: no row-by-row delete, no
+ * dead rows.  The partitions are made at run time (src/archive.c: ahead of
+ * need by the scheduler, by pgq_configure, and by a write that finds its
+ * day missing), so they are not members of the extension: pg_dump dumps
+ * them, their data and their attachment like any table of the database.
+ */
+CREATE TABLE pgqueue.archive (
+    id          uuid NOT NULL,
+    queue       text NOT NULL,
+    payload     jsonb NOT NULL,
+    priority    int NOT NULL,
+    tries       int NOT NULL,
+    created     timestamptz NOT NULL,
+    finished    timestamptz NOT NULL,
+    outcome     text NOT NULL CHECK (outcome IN ('acked', 'cancelled', 'purged')),
+    last_error  text,
+    expires     timestamptz NOT NULL
+) PARTITION BY RANGE (expires);
+
+/*
+ * "What became of job X" probes an index on id in each partition.  It is
+ * made with each partition (src/archive.c), not as a partitioned index
+ * here: CREATE EXTENSION would make that index before pg_restore attaches
+ * the dumped partitions, ATTACH PARTITION would then build each
+ * partition's index, and the restore's own CREATE INDEX of it would fail.
+ */
+
+/*
+ * pgq_push_periodic: the period whose job each (queue, name) pushed last.
+ * A dedup_key only holds while its job is unfinished; this row keeps a
+ * period that fires again after its job was acked from pushing twice.
+ */
+CREATE TABLE pgqueue.periodic (
+    queue        text NOT NULL,
+    name         text NOT NULL,
+    period_start timestamptz NOT NULL,
+    job          uuid,
+    PRIMARY KEY (queue, name)
+);
+
+/*
+ * pg_dump dumps the rows of these tables (user data), not only their
+ * definition.  archive is partitioned: pg_dump keeps no rows in a
+ * partitioned table itself, and dumps its partitions (made at run time, not
+ * members of the extension) with their rows in any case; marking it says
+ * that its data belongs to the user too.
+ */
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.work_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.queues', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.archive', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.periodic', '');
+
+REVOKE ALL ON pgqueue.archive, pgqueue.periodic FROM PUBLIC;
+GRANT SELECT ON pgqueue.archive, pgqueue.periodic TO pgqueue_admin;
+
+/*
+ * pgq_configure gets its retention argument: a new signature, so the 1.0
+ * function goes (the same C function serves both, by its number of
+ * arguments).
+ */
+DROP FUNCTION pgq_configure(text, int, int, int, boolean);
+CREATE FUNCTION pgq_configure(queue text,
+                              weight int DEFAULT NULL,
+                              max_in_flight int DEFAULT NULL,
+                              max_tries int DEFAULT NULL,
+                              paused boolean DEFAULT NULL,
+                              retention interval DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'pgq_configure'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+/*
+ * Operating: the failed-job lifecycle, cancel, purge (src/admin.c), and
+ * periodic jobs (pg_cron calls pgq_push_periodic once per period).
+ */
+CREATE FUNCTION pgq_retry(id uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_retry'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_retry_failed(queue text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'pgq_retry_failed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_cancel(id uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_cancel'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_purge(queue text, state text DEFAULT 'failed')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'pgq_purge'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_push_periodic(queue text, name text, period interval,
+                                  payload jsonb DEFAULT '{}',
+                                  priority int DEFAULT 0)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'pgq_push_periodic'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+REVOKE ALL ON FUNCTION pgq_configure(text, int, int, int, boolean, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_retry(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_retry_failed(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_cancel(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_purge(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_push_periodic(text, text, interval, jsonb, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgq_push_periodic(text, text, interval, jsonb, int) TO pgqueue_producer;
+GRANT EXECUTE ON FUNCTION pgq_configure(text, int, int, int, boolean, interval) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_retry(uuid) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_retry_failed(text) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_cancel(uuid) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_purge(text, text) TO pgqueue_admin;

@@ -40,7 +40,11 @@ CREATE TABLE pgqueue.queues (
     weight        int NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 10000),
     max_in_flight int NOT NULL DEFAULT 0 CHECK (max_in_flight >= 0),
     max_tries     int NOT NULL DEFAULT 5 CHECK (max_tries >= 1),
-    paused        boolean NOT NULL DEFAULT false
+    paused        boolean NOT NULL DEFAULT false,
+    -- how long finished jobs are kept in pgqueue.archive; 0 keeps none
+    -- (last, as ALTER TABLE adds it in an update from 1.0)
+    retention     interval NOT NULL DEFAULT '0'
+                  CHECK (retention >= '0' AND retention <= '365 days')
 );
 
 /*
@@ -77,6 +81,11 @@ CREATE INDEX queue_scheduled_idx ON pgqueue.queue (queue)
 -- At most one live job per (queue, dedup_key); failed jobs do not count.
 CREATE UNIQUE INDEX queue_dedup_idx ON pgqueue.queue (queue, dedup_key)
     WHERE dedup_key IS NOT NULL AND state <> 'failed';
+-- The dead letters of a queue (pgq_retry_failed, pgq_purge): only failed
+-- jobs are in it, and state is already in the other indexes' predicates,
+-- so no update that was HOT stops being HOT.
+CREATE INDEX queue_failed_idx ON pgqueue.queue (queue)
+    WHERE state = 'failed';
 
 /*
  * What the scheduler released to workers.  queue is a copy of the job's
@@ -128,6 +137,66 @@ SELECT q.id, q.queue,
   FROM pgqueue.queue q
   LEFT JOIN pgqueue.work_queue w ON w.id = q.id
   LEFT JOIN pgqueue.queues s ON s.queue = q.queue;
+
+/*
+ * Finished jobs of the queues that have a retention (pgq_configure), written
+ * in the transaction of the ack, cancel or purge that finishes them.
+ *
+ * Partitioned by the time a row expires (finished + the queue's retention
+ * when it finished), one partition per UTC day, named archive_YYYYMMDD.
+ * Dropping a partition whose whole day has passed removes exactly rows that
+ * have expired, whatever each queue's retention: no row-by-row delete, no
+ * dead rows.  The partitions are made at run time (src/archive.c: ahead of
+ * need by the scheduler, by pgq_configure, and by a write that finds its
+ * day missing), so they are not members of the extension: pg_dump dumps
+ * them, their data and their attachment like any table of the database.
+ */
+CREATE TABLE pgqueue.archive (
+    id          uuid NOT NULL,
+    queue       text NOT NULL,
+    payload     jsonb NOT NULL,
+    priority    int NOT NULL,
+    tries       int NOT NULL,
+    created     timestamptz NOT NULL,
+    finished    timestamptz NOT NULL,
+    outcome     text NOT NULL CHECK (outcome IN ('acked', 'cancelled', 'purged')),
+    last_error  text,
+    expires     timestamptz NOT NULL
+) PARTITION BY RANGE (expires);
+
+/*
+ * "What became of job X" probes an index on id in each partition.  It is
+ * made with each partition (src/archive.c), not as a partitioned index
+ * here: CREATE EXTENSION would make that index before pg_restore attaches
+ * the dumped partitions, ATTACH PARTITION would then build each
+ * partition's index, and the restore's own CREATE INDEX of it would fail.
+ */
+
+/*
+ * pgq_push_periodic: the period whose job each (queue, name) pushed last.
+ * A dedup_key only holds while its job is unfinished; this row keeps a
+ * period that fires again after its job was acked from pushing twice.
+ */
+CREATE TABLE pgqueue.periodic (
+    queue        text NOT NULL,
+    name         text NOT NULL,
+    period_start timestamptz NOT NULL,
+    job          uuid,
+    PRIMARY KEY (queue, name)
+);
+
+/*
+ * pg_dump dumps the rows of these tables (user data), not only their
+ * definition.  archive is partitioned: pg_dump keeps no rows in a
+ * partitioned table itself, and dumps its partitions (made at run time, not
+ * members of the extension) with their rows in any case; marking it says
+ * that its data belongs to the user too.
+ */
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.work_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.queues', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.archive', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.periodic', '');
 
 REVOKE ALL ON ALL TABLES IN SCHEMA pgqueue FROM PUBLIC;
 
@@ -222,7 +291,8 @@ CREATE FUNCTION pgq_configure(queue text,
                               weight int DEFAULT NULL,
                               max_in_flight int DEFAULT NULL,
                               max_tries int DEFAULT NULL,
-                              paused boolean DEFAULT NULL)
+                              paused boolean DEFAULT NULL,
+                              retention interval DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'pgq_configure'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -244,6 +314,47 @@ AS 'MODULE_PATHNAME', 'pgq_counters'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
+/*
+ * Operating: the failed-job lifecycle, cancel, purge (src/admin.c), and
+ * periodic jobs (pg_cron calls pgq_push_periodic once per period).
+ */
+CREATE FUNCTION pgq_retry(id uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_retry'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_retry_failed(queue text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'pgq_retry_failed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_cancel(id uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_cancel'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_purge(queue text, state text DEFAULT 'failed')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'pgq_purge'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+CREATE FUNCTION pgq_push_periodic(queue text, name text, period interval,
+                                  payload jsonb DEFAULT '{}',
+                                  priority int DEFAULT 0)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'pgq_push_periodic'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
 /* Privileges: nothing for PUBLIC, everything through the three roles. */
 REVOKE ALL ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int) FROM PUBLIC;
@@ -254,14 +365,20 @@ REVOKE ALL ON FUNCTION pgq_ack(uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgq_ack_batch(uuid[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgq_nack(uuid, text, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgq_release(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pgq_configure(text, int, int, int, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgq_stats() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgq_counters() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_configure(text, int, int, int, boolean, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_retry(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_retry_failed(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_cancel(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_purge(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_push_periodic(text, text, interval, jsonb, int) FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA @extschema@ TO pgqueue_producer, pgqueue_consumer, pgqueue_admin;
 
 GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text) TO pgqueue_producer;
 GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int) TO pgqueue_producer;
+GRANT EXECUTE ON FUNCTION pgq_push_periodic(text, text, interval, jsonb, int) TO pgqueue_producer;
 
 GRANT EXECUTE ON FUNCTION pgq_claim(text, int, interval, text[], interval) TO pgqueue_consumer;
 GRANT EXECUTE ON FUNCTION pgq_extend(uuid, text, interval) TO pgqueue_consumer;
@@ -272,7 +389,11 @@ GRANT EXECUTE ON FUNCTION pgq_release(text) TO pgqueue_consumer;
 
 -- pgqueue_admin is a member of both roles above (see the DO block) and also:
 GRANT EXECUTE ON FUNCTION pgq_schedule(int) TO pgqueue_admin;
-GRANT EXECUTE ON FUNCTION pgq_configure(text, int, int, int, boolean) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_configure(text, int, int, int, boolean, interval) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_retry(uuid) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_retry_failed(text) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_cancel(uuid) TO pgqueue_admin;
+GRANT EXECUTE ON FUNCTION pgq_purge(text, text) TO pgqueue_admin;
 GRANT EXECUTE ON FUNCTION pgq_stats() TO pgqueue_admin;
 GRANT EXECUTE ON FUNCTION pgq_counters() TO pgqueue_admin;
 GRANT USAGE ON SCHEMA pgqueue TO pgqueue_admin;

@@ -6,8 +6,9 @@
 #   sudo bash scripts/test.sh            # everything
 #   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, clients or dashboard
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
+#   TEST_DIR_BASE=/some/dir bash scripts/test.sh  # make the test copy there (default /tmp)
 #
-# Installs what it needs (Debian 12 packages), builds and installs the
+# Installs what it needs (Debian 12 packages, pg_cron among them), builds and installs the
 # extension, then runs each kind of test as the postgres user in a copy of
 # the tree (initdb refuses root; see ../shared/TESTING.md).  Every server it
 # starts is private and stopped again.  Ends with "N passed, N failed".
@@ -41,9 +42,26 @@ fi
 # other's installed extension.
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 
+# pg_cron, for t/010_pg_cron.pl: Debian's package installs it into the
+# system's tree; a relocated tree gets a copy of its files.
+pkglibdir=$("$PG_CONFIG" --pkglibdir)
+extdir=$("$PG_CONFIG" --sharedir)/extension
+if [ ! -f "$pkglibdir/pg_cron.so" ]; then
+	if [ ! -f /usr/lib/postgresql/15/lib/pg_cron.so ]; then
+		log "installing postgresql-15-cron"
+		apt-get update -qq && apt-get install -y -qq postgresql-15-cron >/dev/null ||
+			{ echo "apt-get install postgresql-15-cron failed"; echo "0 passed, 1 failed"; exit 1; }
+	fi
+	if [ ! -f "$pkglibdir/pg_cron.so" ]; then
+		cp /usr/lib/postgresql/15/lib/pg_cron.so "$pkglibdir/" &&
+			cp /usr/share/postgresql/15/extension/pg_cron* "$extdir/" ||
+			{ echo "could not copy pg_cron into $pkglibdir"; echo "0 passed, 1 failed"; exit 1; }
+	fi
+fi
+
 # --- a postgres-owned copy of the tree, built and installed -------------------
 # Building in the copy leaves the checkout untouched (parallel runs are safe).
-WORK=$(mktemp -d /tmp/pgqueue-test.XXXXXX)
+WORK=$(mktemp -d "${TEST_DIR_BASE:-/tmp}/pgqueue-test.XXXXXX")
 chmod 755 "$WORK"
 # KEEP_TEST_DIR=1 keeps the copy (results/, output_iso/, tmp_check*/logs)
 cleanup() {
@@ -130,7 +148,11 @@ for kind in $KINDS; do
 		;;
 	esac
 	# a suite that failed without reporting a failed test (server did not
-	# start, a TAP script died) still counts as one failure
+	# start, a TAP script died, its output went missing) still counts as one
+	# failure
+	ok=${ok:-0}
+	bad=${bad:-0}
+	if [ ! -s "$out" ]; then rc=1; fi
 	if [ "$rc" != 0 ] && [ "$bad" = 0 ]; then bad=1; fi
 	cat "$out"
 	if [ "$rc" != 0 ]; then

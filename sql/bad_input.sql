@@ -3,22 +3,35 @@
 -- and a proper SQLSTATE (22004 required NULL, 22023 out of range or empty,
 -- 2202E multi-dimensional array, 54000 too large), and changes nothing.
 --
-TRUNCATE pgqueue.queue, pgqueue.work_queue;
+TRUNCATE pgqueue.queue, pgqueue.work_queue, pgqueue.archive, pgqueue.periodic;
 DELETE FROM pgqueue.queues;
 
--- a few jobs and settings that must survive every bad call
-SELECT pgq_configure('bad', weight => 2, max_tries => 3);
+-- a few jobs and settings that must survive every bad call: one of them
+-- failed, one archived, one periodic
+SELECT pgq_configure('dead', max_tries => 1);
+SELECT pgq_push('dead', '{"n": 4}') AS id4 \gset
+SELECT pgq_schedule(1);
+SELECT count(*) AS claimed FROM pgq_claim('w2', 1, '1 hour', '{dead}');
+SELECT pgq_nack(:'id4', 'w2', 'dead letter');
+SELECT pgq_configure('bad', weight => 2, max_tries => 3, retention => '1 day');
 SELECT pgq_push('bad', '{"n": 1}', dedup_key => 'd1') AS id1 \gset
 SELECT pgq_push('bad', '{"n": 2}') IS NOT NULL AS pushed;
 SELECT pgq_push('bad', '{"n": 3}') IS NOT NULL AS pushed;
 SELECT pgq_schedule(2);
 SELECT count(*) AS claimed FROM pgq_claim('w1', 1, '1 hour');
+SELECT pgq_cancel(pgq_push('bad', '{"n": 5}')) AS archived;
+SELECT pgq_push_periodic('bad', 'p', '1 day') IS NOT NULL AS periodic;
 
--- everything a call could change: the three tables and the counters
+-- everything a call could change: the tables, the archive's partitions and
+-- the counters
 CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
 SELECT md5(coalesce((SELECT string_agg(q::text, '|' ORDER BY q.id) FROM pgqueue.queue q), '')
            || '#' || coalesce((SELECT string_agg(w::text, '|' ORDER BY w.id) FROM pgqueue.work_queue w), '')
            || '#' || coalesce((SELECT string_agg(s::text, '|' ORDER BY s.queue) FROM pgqueue.queues s), '')
+           || '#' || coalesce((SELECT string_agg(a::text, '|' ORDER BY a.id) FROM pgqueue.archive a), '')
+           || '#' || coalesce((SELECT string_agg(p::text, '|' ORDER BY p.queue, p.name) FROM pgqueue.periodic p), '')
+           || '#' || (SELECT string_agg(inhrelid::regclass::text, ',' ORDER BY 1) FROM pg_inherits
+                       WHERE inhparent = 'pgqueue.archive'::regclass)
            || '#' || (SELECT c::text FROM (SELECT pushed, scheduled, claimed, acked, nacked, failed,
                                                   leases_stolen, scheduler_passes
                                              FROM pgq_counters()) c))
@@ -187,7 +200,50 @@ INSERT INTO bad (call) VALUES
   ($$pgq_configure('bad', max_in_flight => -1)$$),
   ($$pgq_configure('bad', max_in_flight => -2147483648)$$),
   ($$pgq_configure('bad', max_tries => 0)$$),
-  ($$pgq_configure('bad', max_tries => -5)$$);
+  ($$pgq_configure('bad', max_tries => -5)$$),
+  ($$pgq_configure('bad', retention => '-1 second')$$),
+  ($$pgq_configure('bad', retention => '-1 microsecond')$$),
+  ($$pgq_configure('bad', retention => '366 days')$$),
+  ($$pgq_configure('bad', retention => '13 mons')$$),
+  ($$pgq_configure('bad', retention => '1000 years')$$),
+  ($$pgq_configure('bad', retention => '178000000 years')$$),
+  ($$pgq_configure('bad', weight => 0, retention => '30 days')$$),
+  -- pgq_retry, pgq_retry_failed
+  ($$pgq_retry(NULL)$$),
+  ($$pgq_retry_failed(NULL)$$),
+  ($$pgq_retry_failed('')$$),
+  ($$pgq_retry_failed(repeat('x', 129))$$),
+  -- pgq_cancel
+  ($$pgq_cancel(NULL)$$),
+  -- pgq_purge
+  ($$pgq_purge(NULL)$$),
+  ($$pgq_purge(NULL, 'pending')$$),
+  ($$pgq_purge('')$$),
+  ($$pgq_purge(repeat('x', 129))$$),
+  ($$pgq_purge('dead', NULL)$$),
+  ($$pgq_purge('dead', '')$$),
+  ($$pgq_purge('bad', 'scheduled')$$),
+  ($$pgq_purge('bad', 'running')$$),
+  ($$pgq_purge('dead', 'FAILED')$$),
+  ($$pgq_purge('dead', 'failed ')$$),
+  ($$pgq_purge('bad', 'acked')$$),
+  -- pgq_push_periodic
+  ($$pgq_push_periodic(NULL, 'p2', '1 day')$$),
+  ($$pgq_push_periodic('', 'p2', '1 day')$$),
+  ($$pgq_push_periodic(repeat('x', 129), 'p2', '1 day')$$),
+  ($$pgq_push_periodic('bad', NULL, '1 day')$$),
+  ($$pgq_push_periodic('bad', '', '1 day')$$),
+  ($$pgq_push_periodic('bad', repeat('n', 225), '1 day')$$),
+  ($$pgq_push_periodic('bad', 'p2', NULL)$$),
+  ($$pgq_push_periodic('bad', 'p2', '0')$$),
+  ($$pgq_push_periodic('bad', 'p2', '-1 hour')$$),
+  ($$pgq_push_periodic('bad', 'p2', '999 milliseconds')$$),
+  ($$pgq_push_periodic('bad', 'p2', '1 month')$$),
+  ($$pgq_push_periodic('bad', 'p2', '1 year')$$),
+  ($$pgq_push_periodic('bad', 'p2', '366 days')$$),
+  ($$pgq_push_periodic('bad', 'p2', '1000000 years')$$),
+  ($$pgq_push_periodic('bad', 'p2', '1 day', NULL)$$),
+  ($$pgq_push_periodic('bad', 'p2', '1 day', '{}', NULL)$$);
 -- psql variables are not expanded inside dollar quotes: put the id in
 UPDATE bad SET call = replace(call, ':''id1''', quote_literal(:'id1'));
 
@@ -240,6 +296,14 @@ SELECT left(queue, 3) AS queue, state, tries, octet_length(last_error) AS error_
 -- an empty batch and an empty ack list are fine
 SELECT count(*) AS pushed FROM pgq_push_batch('bad', '{}');
 SELECT pgq_ack_batch('{}', 'w1') AS acked;
+-- the longest retention and the shortest and longest periods
+SELECT pgq_configure('longest', retention => '365 days');
+-- months count as calendar months, as the deadline adds them: 12 months and
+-- 5 days is more than 365 days, whatever the date
+SELECT pgq_configure('longest', retention => '12 mons 5 days');
+SELECT retention FROM pgqueue.queues WHERE queue = 'longest';
+SELECT pgq_push_periodic('longest', 'once', '365 days') IS NOT NULL AS periodic;
+SELECT pgq_push_periodic('longest', 'often', '1 second') IS NOT NULL AS periodic;
 
 --
 -- pgqueue.max_payload_size: superuser-settable, 16MB by default
@@ -275,7 +339,7 @@ RESET ROLE;
 DROP ROLE regress_setter;
 SHOW pgqueue.max_payload_size;
 
-TRUNCATE pgqueue.queue, pgqueue.work_queue;
+TRUNCATE pgqueue.queue, pgqueue.work_queue, pgqueue.archive, pgqueue.periodic;
 DELETE FROM pgqueue.queues;
 
 --

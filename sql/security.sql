@@ -53,7 +53,7 @@ SELECT c.relname, r.rolname,
        has_table_privilege(r.oid, c.oid, 'DELETE') AS del,
        has_table_privilege(r.oid, c.oid, 'TRUNCATE') AS trunc
   FROM pg_class c, pg_roles r
- WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'r'
+ WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind IN ('r', 'p', 'v')
    AND r.rolname LIKE 'pgqueue\_%'
  ORDER BY 1, 2;
 SELECT count(*) AS public_table_grants
@@ -99,7 +99,17 @@ INSERT INTO calls (stmt) VALUES
   ($$SELECT count(*) FROM pgqueue.queues$$),
   ($$INSERT INTO pgqueue.queue (id, queue) VALUES (gen_random_uuid(), 'sneaky') RETURNING queue$$),
   ($$UPDATE pgqueue.work_queue SET lock_key = 'me' RETURNING lock_key$$),
-  ($$DELETE FROM pgqueue.queue RETURNING queue$$);
+  ($$DELETE FROM pgqueue.queue RETURNING queue$$),
+  -- 1.1
+  ($$SELECT pgq_retry(gen_random_uuid())$$),
+  ($$SELECT pgq_retry_failed('sec')$$),
+  ($$SELECT pgq_cancel(gen_random_uuid())$$),
+  ($$SELECT pgq_purge('sec-none')$$),
+  ($$SELECT pgq_push_periodic('sec-periodic', 'p', '1 day') IS NOT NULL$$),
+  ($$SELECT count(*) FROM pgqueue.jobs$$),
+  ($$SELECT count(*) FROM pgqueue.archive$$),
+  ($$SELECT count(*) FROM pgqueue.periodic$$),
+  ($$DELETE FROM pgqueue.archive RETURNING queue$$);
 GRANT SELECT ON calls TO PUBLIC;
 
 -- a role with no grants: permission denied (42501) for every function and

@@ -56,16 +56,10 @@ static SPIPlanPtr plan_push_dedup = NULL;
 static SPIPlanPtr plan_find_dedup = NULL;
 static SPIPlanPtr plan_push_batch = NULL;
 static SPIPlanPtr plan_release[2] = {NULL, NULL};
-static SPIPlanPtr plan_configure = NULL;
+static SPIPlanPtr plan_configure[2] = {NULL, NULL};
 static SPIPlanPtr plan_stats = NULL;
 
-static char *pgq_text_arg(FunctionCallInfo fcinfo, int argno,
-						  const char *argname, int maxbytes);
 static text *pgq_key_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
-static void pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname);
-static int64 pgq_interval_arg(FunctionCallInfo fcinfo, int argno,
-							  const char *argname, int64 min_usecs,
-							  int64 max_usecs, const char *max_text);
 static void pgq_check_payload(Jsonb *payload);
 static void pgq_check_run_after(TimestampTz run_after);
 static ArrayType *pgq_queues_arg(FunctionCallInfo fcinfo, int argno);
@@ -202,7 +196,7 @@ pgq_deadline(TimestampTz from, Datum interval)
 }
 
 /* Raise 22004 when required argument argno is NULL. */
-static void
+void
 pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	if (PG_ARGISNULL(argno))
@@ -214,7 +208,7 @@ pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname)
 /*
  * A required text argument of 1 to maxbytes bytes, as a C string.
  */
-static char *
+char *
 pgq_text_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 			 int maxbytes)
 {
@@ -242,7 +236,7 @@ pgq_text_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
  * now + min_usecs (0, or 1 for "positive") and now + max_usecs (spelt
  * max_text in the error).  Returns the distance in microseconds.
  */
-static int64
+int64
 pgq_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 				 int64 min_usecs, int64 max_usecs, const char *max_text)
 {
@@ -848,16 +842,39 @@ pgq_optional_int_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 }
 
 /*
- * pgq_configure(queue, weight, max_in_flight, max_tries, paused) returns void
+ * The statement of pgq_configure: 1.0 has no retention ($6).
+ */
+#define CONFIGURE_SQL(COLS, VALUES, SET) \
+	"INSERT INTO pgqueue.queues AS s (queue, weight, max_in_flight, max_tries, paused" COLS ")" \
+	" VALUES ($1, coalesce($2, 1), coalesce($3, 0)," \
+	"         coalesce($4, " CppAsString2(PGQ_DEFAULT_MAX_TRIES) "), coalesce($5, false)" VALUES ")" \
+	" ON CONFLICT (queue) DO UPDATE" \
+	"   SET weight = coalesce($2, s.weight)," \
+	"       max_in_flight = coalesce($3, s.max_in_flight)," \
+	"       max_tries = coalesce($4, s.max_tries)," \
+	"       paused = coalesce($5, s.paused)" SET
+
+static const char *const configure_sql[2] = {
+	CONFIGURE_SQL("", "", ""),
+	CONFIGURE_SQL(", retention", ", coalesce($6, '0')", ", retention = coalesce($6, s.retention)")
+};
+
+/*
+ * pgq_configure(queue, weight, max_in_flight, max_tries, paused
+ *               [, retention]) returns void
  *
- * Creates or updates the queue's settings row; NULL keeps a setting.
+ * Creates or updates the queue's settings row; NULL keeps a setting.  The
+ * 1.1 function has a sixth argument, retention (0 to 365 days), and makes
+ * the archive partitions its jobs will go to over the next day.
  */
 Datum
 pgq_configure(PG_FUNCTION_ARGS)
 {
-	Oid			types[5] = {TEXTOID, INT4OID, INT4OID, INT4OID, BOOLOID};
-	Datum		args[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			types[6] = {TEXTOID, INT4OID, INT4OID, INT4OID, BOOLOID, INTERVALOID};
+	Datum		args[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', 'n'};
+	PgqLayout	layout = PG_NARGS() > 5 ? PGQ_V11 : PGQ_V10;
+	int64		retention = 0;
 
 	args[0] = CStringGetTextDatum(pgq_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES));
 	pgq_optional_int_arg(fcinfo, 1, "weight", 1, 10000, &args[1], &nulls[1]);
@@ -865,21 +882,22 @@ pgq_configure(PG_FUNCTION_ARGS)
 	pgq_optional_int_arg(fcinfo, 3, "max_tries", 1, PG_INT32_MAX, &args[3], &nulls[3]);
 	args[4] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
 	nulls[4] = PG_ARGISNULL(4) ? 'n' : ' ';
+	args[5] = (Datum) 0;
+	if (layout == PGQ_V11 && !PG_ARGISNULL(5))
+	{
+		retention = pgq_interval_arg(fcinfo, 5, "retention", 0, PGQ_MAX_RETENTION_USECS,
+									 "365 days");
+		args[5] = PG_GETARG_DATUM(5);
+		nulls[5] = ' ';
+	}
 
 	SPI_connect();
-	if (SPI_execute_plan(pgq_keep_plan(&plan_configure,
-									   "INSERT INTO pgqueue.queues AS s (queue, weight, max_in_flight, max_tries, paused)"
-									   " VALUES ($1, coalesce($2, 1), coalesce($3, 0),"
-									   "         coalesce($4, " CppAsString2(PGQ_DEFAULT_MAX_TRIES) "), coalesce($5, false))"
-									   " ON CONFLICT (queue) DO UPDATE"
-									   "   SET weight = coalesce($2, s.weight),"
-									   "       max_in_flight = coalesce($3, s.max_in_flight),"
-									   "       max_tries = coalesce($4, s.max_tries),"
-									   "       paused = coalesce($5, s.paused)",
-									   5, types),
+	if (SPI_execute_plan(pgq_keep_plan(&plan_configure[layout], configure_sql[layout],
+									   layout == PGQ_V11 ? 6 : 5, types),
 						 args, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "configure failed");
 	SPI_finish();
+	pgq_archive_prepare(retention);
 
 	/* unpausing or raising a cap can make jobs schedulable */
 	pgq_settings_changed_at_commit();

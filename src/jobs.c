@@ -212,6 +212,27 @@ pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline)
  */
 
 /*
+ * Archive the job whose rows w just deleted (job->found, work->found) with
+ * the given outcome and retention (archive.c).
+ */
+static void
+pgq_archive_removed(PgqWrite *w, PgqOutcome outcome, int64 retention)
+{
+	PgqTable   *job = &w->job;
+	PgqFinishedJob f;
+	bool		isnull;
+
+	f.id = pgq_get(job, job->found, PGQ_COL_ID, &isnull);
+	f.queue = pgq_get(job, job->found, PGQ_COL_QUEUE, &isnull);
+	f.payload = pgq_get(job, job->found, PGQ_COL_PAYLOAD, &isnull);
+	f.priority = DatumGetInt32(pgq_get(job, job->found, PGQ_COL_PRIORITY, &isnull));
+	f.tries = DatumGetInt32(pgq_get(&w->work, w->work.found, PGQ_COL_TRIES, &isnull));
+	f.created = DatumGetTimestampTz(pgq_get(job, job->found, PGQ_COL_CREATED, &isnull));
+	f.last_error = pgq_get(job, job->found, PGQ_COL_LAST_ERROR, &f.last_error_null);
+	pgq_archive_job(&f, outcome, retention);
+}
+
+/*
  * Finish the jobs ids[0 .. n-1] that key holds: both rows go.  Returns how
  * many.  Ids not held by key are skipped.
  */
@@ -244,6 +265,9 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 		/* a place under max_in_flight is free */
 		if (s.max_in_flight > 0)
 			wake_scheduler = true;
+		/* the queue keeps an archive (1.1; archive.c) */
+		if (s.retention > 0)
+			pgq_archive_removed(&w, PGQ_OUTCOME_ACKED, s.retention);
 		CHECK_FOR_INTERRUPTS();
 	}
 	pgq_write_end(&w);

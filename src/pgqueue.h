@@ -11,6 +11,8 @@
  *					condition variable blocking claims sleep on, and the
  *					transaction callback that publishes both at commit
  * src/uuid7.c		time-ordered job ids
+ * src/admin.c		the operator API: retry, cancel, purge, periodic jobs
+ * src/archive.c	pgqueue.archive: writing finished jobs, its partitions
  *
  *-------------------------------------------------------------------------
  */
@@ -38,6 +40,8 @@
 #define PGQ_MAX_LEASE_USECS		(INT64CONST(7) * USECS_PER_DAY)
 #define PGQ_MAX_WAIT_USECS		(INT64CONST(60) * USECS_PER_SEC)
 #define PGQ_MAX_RETRY_USECS		(INT64CONST(365) * USECS_PER_DAY)
+#define PGQ_MAX_RETENTION_USECS	(INT64CONST(365) * USECS_PER_DAY)	/* pgq_configure */
+#define PGQ_MAX_PERIOD_USECS	(INT64CONST(365) * USECS_PER_DAY)	/* pgq_push_periodic */
 #define PGQ_MAX_DATABASES		32		/* entries of pgqueue.database */
 
 /* max_tries of a queue without settings (pgq_configure, pgqueue.queues) */
@@ -275,14 +279,67 @@ extern const char *pgq_nack_job(Datum id, text *key, text *error,
 extern void pgq_uuid7(pg_uuid_t *uuid);
 
 
-/* api.c helpers shared with schedule.c */
+/* api.c helpers shared with schedule.c, admin.c and archive.c */
 extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
 								int nargs, Oid *argtypes);
 extern PgqLayout pgq_layout(void);
 extern int	pgq_max_items_arg(FunctionCallInfo fcinfo, int argno);
 extern int	pgq_spi_connect(void);
 extern void pgq_spi_finish(int nest);
+extern void pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern char *pgq_text_arg(FunctionCallInfo fcinfo, int argno,
+						  const char *argname, int maxbytes);
 extern int64 pgq_interval_usecs(Datum interval);
+extern int64 pgq_interval_arg(FunctionCallInfo fcinfo, int argno,
+							  const char *argname, int64 min_usecs,
+							  int64 max_usecs, const char *max_text);
 extern TimestampTz pgq_deadline(TimestampTz from, Datum interval);
+extern Datum pgq_push(PG_FUNCTION_ARGS);
+
+/*
+ * archive.c.  A job leaving pgqueue.queue is archived when its queue has a
+ * retention (pgqueue.queues.retention > 0): the path that finishes it
+ * reads the retention where it reads the queue's settings row, and, when
+ * positive, calls pgq_archive_job in the same transaction with the values
+ * of the job row it removed (tries from the work_queue row when it had
+ * one).  1.1 databases only.
+ */
+typedef enum PgqOutcome
+{
+	PGQ_OUTCOME_ACKED = 0,
+	PGQ_OUTCOME_CANCELLED,
+	PGQ_OUTCOME_PURGED
+} PgqOutcome;
+
+typedef struct PgqFinishedJob
+{
+	Datum		id;				/* uuid */
+	Datum		queue;			/* text */
+	Datum		payload;		/* jsonb */
+	int32		priority;
+	int32		tries;
+	TimestampTz created;
+	Datum		last_error;		/* text, unless last_error_null */
+	bool		last_error_null;
+} PgqFinishedJob;
+
+/*
+ * The columns pgq_archive_spi_rows reads, in this order, from a statement
+ * that removed jobs: the queue's retention (NULL: none), then the job's.
+ */
+#define PGQ_ARCHIVE_COLUMNS(RETENTION, TRIES, PAYLOAD) \
+	RETENTION ", q.id, q.queue, q.priority, " TRIES ", q.created, q.last_error, " PAYLOAD
+
+extern int64 pgq_retention_usecs(Datum retention, bool isnull);
+extern void pgq_archive_job(const PgqFinishedJob *job, PgqOutcome outcome,
+							int64 retention_usecs);
+extern void pgq_archive_spi_rows(SPITupleTable *tab, uint64 n, int col,
+								 PgqOutcome outcome);
+extern Oid	pgq_archive_cover(TimestampTz expires);
+extern void pgq_archive_prepare(int64 retention_usecs);
+extern void pgq_archive_maintain(void);
+
+/* admin.c */
+extern ErrorData *pgq_subxact(void (*fn) (void *), void *arg, int catch_code);
 
 #endif							/* PGQUEUE_H */

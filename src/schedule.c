@@ -986,7 +986,10 @@ Datum
 pgq_schedule(PG_FUNCTION_ARGS)
 {
 	int			max_items = pgq_max_items_arg(fcinfo, 0);
-	int			moved = pgq_schedule_pass(max_items);
+	int			moved;
+
+	pgq_archive_maintain();		/* also without the scheduler (archive.c) */
+	moved = pgq_schedule_pass(max_items);
 
 	pgq_count_now(PGQ_PASSES, 1);
 	PG_RETURN_INT32(moved);

@@ -200,6 +200,7 @@ pgq_run_pass(void)
 	if (OidIsValid(get_extension_oid("pgqueue", true)))
 	{
 		pgstat_report_activity(STATE_RUNNING, "pgqueue scheduling pass");
+		pgq_archive_maintain();	/* archive partitions, once a minute (archive.c) */
 		SPI_connect();
 		moved = pgq_schedule_pass(pgqueue_batch_size);
 		SPI_finish();

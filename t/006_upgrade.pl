@@ -7,7 +7,11 @@
 # and the scheduler's passes go on.  Then the update runs while the
 # scheduler is busy and a claim waits for it; afterwards the jobs keep their
 # state, payload, lease, holder and tries, a worker that claimed before the
-# update extends, acks and nacks its jobs, and everything works on 1.1.
+# update extends, acks and nacks its jobs, and everything works on 1.1,
+# including the operator API (retry, cancel and purge of jobs failed, held
+# and pending since before the update, the archive); the updated database
+# has the same tables, indexes, constraints, functions, privileges and
+# pg_dump marks as a fresh install.
 use strict;
 use warnings;
 
@@ -67,6 +71,23 @@ my $j3 = $node->safe_psql('postgres', q{
 SELECT id FROM pgq_claim('w2', 1, '1 millisecond', ARRAY['q'])});
 ok($j3 ne '', '1.0: w2 claims a job under a 1 ms lease');
 is($node->safe_psql('postgres', "SELECT pgq_ack('$j2', 'w1')"), 't', '1.0: ack');
+
+# for the operator API of 1.1: a job failed under 1.0 ('dead'), one held
+# under 1.0 by w6 ('held'), one pending in a paused queue ('stopped')
+$node->safe_psql('postgres', q{
+SELECT pgq_configure('dead', max_tries => 1);
+SELECT pgq_configure('stopped', paused => true);
+SELECT pgq_push('dead', '{"n": "dead"}');
+SELECT pgq_push('held', '{"n": "held"}');
+SELECT pgq_push('stopped', '{"n": "stopped"}');
+});
+wait_scheduled('1.0: dead is scheduled', 'dead');
+wait_scheduled('1.0: held is scheduled', 'held');
+my $dead = $node->safe_psql('postgres', q{SELECT id FROM pgq_claim('w6', 1, '1 hour', ARRAY['dead'])});
+is($node->safe_psql('postgres', "SELECT pgq_nack('$dead', 'w6', 'failed under 1.0')"),
+	'failed', '1.0: a job fails');
+my $held_job = $node->safe_psql('postgres', q{SELECT id FROM pgq_claim('w6', 1, '1 hour', ARRAY['held'])});
+ok($held_job ne '', '1.0: w6 holds a job');
 
 # the state of every job before the update, to compare after it
 my $before_sql = q{
@@ -158,40 +179,84 @@ SELECT count(*) FROM pgqueue.work_queue w
 wait_scheduled('1.1: a freed place under max_in_flight is filled', 'caps');
 is( $node->safe_psql('postgres', q{
 SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM
-  (SELECT state, count(*) n FROM pgqueue.jobs GROUP BY state) s}),
+  (SELECT state, count(*) n FROM pgqueue.jobs WHERE queue IN ('q', 'caps') GROUP BY state) s}),
 	'pending:1,running:2,scheduled:1', 'pgqueue.jobs after the update');
+
+# --- the operating objects of 1.1 on the updated database -------------------
+$node->safe_psql('postgres', q{
+SELECT pgq_configure('dead', retention => '1 day');
+SELECT pgq_configure('held', retention => '1 day');
+SELECT pgq_configure('stopped', retention => '1 day');
+});
+is($node->safe_psql('postgres', "SELECT pgq_retry('$dead')"), 't',
+	'a job failed under 1.0 is retried');
+wait_scheduled('1.1: the retried job is scheduled', 'dead');
+is( $node->safe_psql('postgres', q{
+SELECT tries, pgq_ack(id, 'w7') FROM pgq_claim('w7', 1, '1 hour', ARRAY['dead'])}),
+	'1|t', 'claimed as a first try again, and acked');
+is($node->safe_psql('postgres', "SELECT pgq_cancel('$held_job')"), 't',
+	'a job held since before the update is cancelled');
+is($node->safe_psql('postgres', "SELECT pgq_ack('$held_job', 'w6')"), 'f',
+	'and its holder is fenced off');
+is($node->safe_psql('postgres', "SELECT pgq_purge('stopped', 'pending')"), '1',
+	'a job pending since before the update is purged');
+is( $node->safe_psql('postgres', q{
+SELECT string_agg(queue || ':' || outcome || ':' || tries || ':' || coalesce(last_error, '-'), ','
+                  ORDER BY queue) FROM pgqueue.archive}),
+	'dead:acked:1:failed under 1.0,held:cancelled:1:-,stopped:purged:0:-',
+	'each is in the archive');
 
 # a fresh 1.1 install and the updated one have the same tables and columns
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION pgqueue');
-my $shape = q{
+# the archive's partitions, and their indexes, are made at run time
+my $not_archive_part = q{NOT c.relispartition AND NOT EXISTS (
+  SELECT 1 FROM pg_index x JOIN pg_class t ON t.oid = x.indrelid
+   WHERE x.indexrelid = c.oid AND t.relispartition)};
+my $shape = qq{
 SELECT string_agg(format('%s.%s %s %s %s', c.relname, a.attname,
                          format_type(a.atttypid, a.atttypmod), a.attnotnull,
                          pg_get_expr(d.adbin, d.adrelid)), E'\n' ORDER BY c.relname, a.attnum)
   FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
   LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
- WHERE c.relnamespace = 'pgqueue'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped};
+ WHERE c.relnamespace = 'pgqueue'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+   AND $not_archive_part};
 is($node->safe_psql('postgres', $shape), $node->safe_psql('fresh', $shape),
 	'the updated and the fresh 1.1 tables have the same columns');
 my $indexes = q{
-SELECT string_agg(pg_get_indexdef(indexrelid), E'\n' ORDER BY 1)
-  FROM pg_index WHERE indrelid::regclass::text LIKE 'pgqueue.%'};
+SELECT string_agg(pg_get_indexdef(i.indexrelid), E'\n' ORDER BY pg_get_indexdef(i.indexrelid))
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+ WHERE c.relnamespace = 'pgqueue'::regnamespace AND NOT c.relispartition};
 is($node->safe_psql('postgres', $indexes), $node->safe_psql('fresh', $indexes),
 	'and the same indexes');
+my $constraints = q{
+SELECT string_agg(format('%s %s', conname, pg_get_constraintdef(oid)), E'\n' ORDER BY conname)
+  FROM pg_constraint WHERE connamespace = 'pgqueue'::regnamespace
+   AND conrelid NOT IN (SELECT oid FROM pg_class WHERE relispartition)};
+is($node->safe_psql('postgres', $constraints), $node->safe_psql('fresh', $constraints),
+	'and the same constraints');
 my $functions = q{
-SELECT string_agg(format('%s secdef=%s config=%s acl=%s %s', p.oid::regprocedure,
-                         p.prosecdef, p.proconfig, p.proacl, p.prosrc), E'\n'
+SELECT string_agg(format('%s secdef=%s config=%s acl=%s args=%s %s', p.oid::regprocedure,
+                         p.prosecdef, p.proconfig, p.proacl, pg_get_function_arguments(p.oid),
+                         p.prosrc), E'\n'
                   ORDER BY p.oid::regprocedure::text)
-  FROM pg_proc p
-  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pgqueue'};
+  FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pgqueue' AND d.deptype = 'e'};
 is($node->safe_psql('postgres', $functions), $node->safe_psql('fresh', $functions),
-	'the same functions, settings and privileges');
-my $acls = q{
-SELECT string_agg(format('%s %s', c.relname, c.relacl), E'\n' ORDER BY c.relname)
-  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace};
-is($node->safe_psql('postgres', $acls), $node->safe_psql('fresh', $acls),
-	'and the same privileges on tables and views');
+	'the same functions, settings, defaults and privileges');
+my $grants = qq{
+SELECT string_agg(format('%s %s', relname, relacl), E'\n' ORDER BY relname)
+  FROM pg_class c WHERE relnamespace = 'pgqueue'::regnamespace AND $not_archive_part};
+is($node->safe_psql('postgres', $grants), $node->safe_psql('fresh', $grants),
+	'the same privileges on the tables');
+my $config = q{
+SELECT string_agg(c::regclass::text, ',' ORDER BY c::regclass::text)
+  FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'pgqueue'};
+is($node->safe_psql('postgres', $config),
+	'pgqueue.archive,pgqueue.periodic,pgqueue.queue,pgqueue.queues,pgqueue.work_queue',
+	'the update marks the tables with user data for pg_dump');
+is($node->safe_psql('fresh', $config), $node->safe_psql('postgres', $config),
+	'as a fresh install does');
 
 $node->stop;
 done_testing();
