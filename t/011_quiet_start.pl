@@ -5,7 +5,9 @@
 # PANIC or WARNING from the launcher or a scheduler).  One launcher (shown in
 # pg_stat_activity as 'pgqueue launcher', connected to no database) starts a
 # scheduler per database; jobs flow through them; kill -9 of a scheduler
-# still ends in a crash restart after which everything comes back.
+# still ends in a crash restart after which everything comes back.  And a
+# server that does not preload the library warns of nothing when a backend
+# loads it.
 use strict;
 use warnings;
 
@@ -37,12 +39,13 @@ my $offset = -s $node->logfile;
 my $t0 = time;
 $node->start;
 
-# Return the log lines from $from on that a pgqueue process or the
-# postmaster wrote about pgqueue, for the notes.
+# Return the log lines from $from on that a pgqueue process wrote, and the
+# postmaster's lines about processes that ended, for the notes.
 sub pgq_lines
 {
 	my ($from) = @_;
-	return join "\n", grep { /pgqueue|exited/ }
+	return join "\n",
+	  grep { /\] pgqueue (?:launcher|scheduler) |exited|terminated by|reinitializing/ }
 	  split /\n/, slurp_file($node->logfile, $from);
 }
 
@@ -156,10 +159,23 @@ usleep(500_000);
 is( $node->safe_psql(
 		'postgres',
 		"SELECT backend_type || ':' || count(*) FROM pg_stat_activity
-		  WHERE backend_type LIKE 'pgqueue%' GROUP BY 1 ORDER BY 1"),
+		  WHERE backend_type LIKE 'pgqueue%' GROUP BY backend_type ORDER BY backend_type"),
 	"pgqueue launcher:1\npgqueue scheduler:3",
 	'exactly one launcher and three schedulers');
 note "log lines of pgqueue around the kill -9:\n" . pgq_lines($off);
 
 $node->stop;
+
+# --- without preloading: no WARNING about pgqueue.database ---------------------
+# A backend that loads the library (here LOAD; CREATE EXTENSION or a call
+# does too) defines no pgqueue.database, so it must not reserve the prefix:
+# that would remove the setting from postgresql.conf with a WARNING.
+my $plain = PostgreSQL::Test::Cluster->new('plain');
+$plain->init;
+$plain->append_conf('postgresql.conf', "pgqueue.database = 'postgres'\n");
+$plain->start;
+my ($ret, $out, $err) = $plain->psql('postgres', "LOAD 'pgqueue'; SHOW pgqueue.naptime");
+is($out, '1s', 'not preloaded: the library loads and defines its settings');
+is($err, '', 'without a WARNING about pgqueue.database');
+$plain->stop;
 done_testing();
