@@ -371,8 +371,13 @@ class Bench:
             p + "dead_tuples": dead,
             p + "size_mb": size / 1048576.0,
         }
+        # every whole window of the hold, for the per-window ratios to the control
+        n_w = int(hold // window)
+        windows = [rate(h0 + i * window, h0 + (i + 1) * window) for i in range(n_w)]
         extra = {"pushes": pushes, "left": sysobj.remaining(self.admin),
-                 "hold_s": round(h1 - h0, 1), "window_s": window, "after_window_s": after_w}
+                 "hold_s": round(h1 - h0, 1), "window_s": window, "after_window_s": after_w,
+                 "windows_jobs_per_s": windows,
+                 "loadavg_end": loadavg()}
         return metrics, extra
 
     # -- workloads -------------------------------------------------------------
