@@ -178,7 +178,7 @@ class Bench:
             self.procs = []
             try:
                 sysobj.stop_background()
-                self.admin.execute("TRUNCATE %s CASCADE" % ", ".join(sysobj.tables))
+                sysobj.truncate(self.admin)
             except Exception as e:  # noqa: BLE001
                 log("  cleanup of %s failed: %s" % (sysobj.key, e))
 

@@ -469,7 +469,8 @@ def goals(grouped, meta):
     fw = f_windows(grouped).get("sys4")
     if fw:
         low = min(x for x in fw["per_window"] if x is not None)
-        row("(f) every 20 s window of the hold ÷ same window of control (pgqueue, lowest window's median)",
+        row("(f) every %d s window of the hold ÷ same window of control (pgqueue, lowest window's median)"
+            % meta.get("conf", {}).get("f", {}).get("window", 20),
             "≥ 0.90", "%.2f (windows: %s)" % (low, ", ".join(fmt_ratio(x) for x in fw["per_window"])),
             low >= 0.9, "%d rounds" % fw["rounds"])
     else:
