@@ -329,7 +329,11 @@ def cpu_tables(grouped, lines):
                           "counted); client: the pgbench processes. Steady state: the window runs from 1 s "
                           "after the start to 1 s before the end, and the jobs finished in it are read from "
                           "the deletes counter (flushed by each backend at most once a second, the same lag "
-                          "at both ends); drains: from every consumer connected to the empty table.", ""]
+                          "at both ends); drains: from every consumer connected to the empty table. "
+                          "pgqueue's background worker runs in the same server during every system's runs "
+                          "(sleeping its naptime when it has nothing to do): for sys1, sys2 and sys3 its idle "
+                          "CPU is what their \"scheduler\" column holds besides sys3's own loop (under 1 µs "
+                          "per job), and it is in their totals.", ""]
                 any_cpu = True
             lines += ["### (%s) %s" % (w, case), ""]
             lines.append("| system | " + " | ".join(CPU_CLASSES) + " | rounds | jobs in window | window s |")
