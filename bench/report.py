@@ -441,7 +441,7 @@ def goals(grouped, meta):
         r = ratio(a, b)
         ok = None if r is None else (r >= target if minimum else r <= target)
         row(goal, ("≥ %.2fx" if minimum else "≤ %.2fx") % target,
-            "-" if r is None else "%.2fx (%s / %s)" % (r, fmt(a), fmt(b)), ok, note)
+            "-" if r is None else "%.3fx (%s / %s)" % (r, fmt(a), fmt(b)), ok, note)
 
     a4, a1, a2 = (med("a", "steady", s, "jobs_per_s") for s in ("sys4", "sys1", "sys2"))
     n = nrounds("a", "steady", "sys4")
@@ -475,7 +475,7 @@ def goals(grouped, meta):
         low = min(x for x in fw["per_window"] if x is not None)
         row("(f) every %d s window of the hold ÷ same window of control (pgqueue, lowest window's median)"
             % meta.get("conf", {}).get("f", {}).get("window", 20),
-            "≥ 0.90", "%.2f (windows: %s)" % (low, ", ".join(fmt_ratio(x) for x in fw["per_window"])),
+            "≥ 0.90", "%.3f (windows: %s)" % (low, ", ".join(fmt_ratio(x) for x in fw["per_window"])),
             low >= 0.9, "%d rounds" % fw["rounds"])
     else:
         row("(f) every 20 s window of the hold ÷ same window of control", "≥ 0.90", "-", None)
@@ -488,7 +488,7 @@ def goals(grouped, meta):
     if g:
         for key, label in (("cost_ratio", "scheduler CPU per job"), ("claim_ratio", "claim p50")):
             r = g[key]
-            row("(g) many tenants ÷ 10 queues: %s" % label, "≤ 1.50x", "-" if r is None else "%.2fx" % r,
+            row("(g) many tenants ÷ 10 queues: %s" % label, "≤ 1.50x", "-" if r is None else "%.3fx" % r,
                 None if r is None else r <= 1.5, "%d rounds" % g["rounds"])
         row("(g) fairness: every small queue's first job before the big queue's 1,000th", "0 late queues",
             "late queues per round: %s" % ", ".join(str(x) for x in g["late"]), g["fair"],
