@@ -440,8 +440,11 @@ def goals(grouped, meta):
     def cmp_ratio(goal, a, b, target, minimum=True, note=""):
         r = ratio(a, b)
         ok = None if r is None else (r >= target if minimum else r <= target)
+        txt = None if r is None else "%.3f" % r
+        if txt is not None and float(txt) == target:
+            txt = "%.4f" % r          # 1.2003 must not read as 1.200 next to NOT MET
         row(goal, ("≥ %.2fx" if minimum else "≤ %.2fx") % target,
-            "-" if r is None else "%.3fx (%s / %s)" % (r, fmt(a), fmt(b)), ok, note)
+            "-" if r is None else "%sx (%s / %s)" % (txt, fmt(a), fmt(b)), ok, note)
 
     a4, a1, a2 = (med("a", "steady", s, "jobs_per_s") for s in ("sys4", "sys1", "sys2"))
     n = nrounds("a", "steady", "sys4")
