@@ -531,7 +531,14 @@ def render(meta, results):
               "not figures to draw conclusions from.", ""]
     L += ["- Mode: %s" % meta.get("mode"),
           "- Date: %s to %s" % (meta.get("started"), meta.get("finished")),
-          "- Command: `%s`" % meta.get("command", "").strip(), ""]
+          "- Command: `%s`" % meta.get("command", "").strip()]
+    if meta.get("wl_systems"):
+        L.append("- Systems per workload: %s; any workload not listed: every system of the run. "
+                 "The others were left out to fit the run in its time (the goals compare only these)"
+                 % "; ".join(
+                     "(%s) %s" % (w, ", ".join(NAMES.get(k, k) for k in ks))
+                     for w, ks in sorted(meta["wl_systems"].items())))
+    L.append("")
     L += goals(group(results), meta)
     m = meta.get("machine", {})
     L += ["## Machine", "",
