@@ -9,6 +9,7 @@ Workloads (see README.md):
   d  claim+ack latency on a backlog / with jobs in flight (latency.py)
   e  batches: claim 10, claim 100, push 100 per transaction
   f  steady state while a REPEATABLE READ snapshot is held open
+  g  many tenants: scheduling 10,000 small queues + one big one (pgqueue only)
 
 Every run of a workload on a system starts from a reset system (TRUNCATE,
 VACUUM ANALYZE, CHECKPOINT); rounds are interleaved sys1 sys2 ... sys1 sys2.
@@ -31,6 +32,7 @@ import traceback
 
 import psycopg
 
+import cpu
 import latency
 import report
 import systems
@@ -44,9 +46,10 @@ FULL = {
     "b": {"jobs": 100000, "rounds": 3},
     "c": {"jobs": 1000, "rate": 100, "rounds": 3},
     "d": {"backlogs": [1000, 100000, 1000000], "calls": 1000, "in_flight": 10000,
-          "in_flight_backlog": 100000, "rounds": 2, "rounds_1m": 1},
+          "in_flight_backlog": 100000, "rounds": 3, "rounds_1m": 3},
     "e": {"jobs": 200000, "push_duration": 20, "rounds": 3},
-    "f": {"warm": 10, "hold": 120, "after": 25, "window": 20, "rounds": 1},
+    "f": {"warm": 10, "hold": 120, "after": 25, "window": 20, "rounds": 3},
+    "g": {"small_queues": 10000, "per_small": 10, "big": 100000, "base_queues": 10, "rounds": 3},
 }
 QUICK = {
     "a": {"duration": 5, "rounds": 1},
@@ -56,9 +59,19 @@ QUICK = {
           "in_flight_backlog": 100000, "rounds": 1, "rounds_1m": 1},
     "e": {"jobs": 20000, "push_duration": 5, "rounds": 1},
     "f": {"warm": 3, "hold": 20, "after": 8, "window": 10, "rounds": 1},
+    "g": {"small_queues": 1000, "per_small": 10, "big": 10000, "base_queues": 10, "rounds": 1},
 }
 PRODUCERS, CONSUMERS = 2, 4
 DRAIN_MAX_S = 900
+# Workloads run in this order: (g) before (f), the longest.
+WORKLOAD_ORDER = "abcdegf"
+PRODUCER_ROLES = ("produce", "push_batch")
+CLIENT_CLASSES = ("client: producers", "client: consumers")
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def log(msg):
@@ -87,6 +100,8 @@ class Bench:
         self.raw = open(args.raw, "w")
         self.run_no = 0
         self.procs = []         # pgbench processes of the current run
+        self.wl_systems = {}    # workload -> system keys (--wl-systems)
+        self.load = []          # loadavg at the start and end of each workload
 
     # -- pgbench ---------------------------------------------------------------
     def pgbench(self, sysobj, role, clients, duration, defines=None, tag=""):
@@ -97,7 +112,8 @@ class Bench:
         for k, v in (defines or {}).items():
             cmd += ["-D", "%s=%s" % (k, v)]
         cmd.append(self.cfg["dbname"])
-        env = dict(os.environ, PGOPTIONS="-c search_path=%s" % sysobj.search_path)
+        env = dict(os.environ, PGOPTIONS="-c search_path=%s" % sysobj.search_path,
+                   PGAPPNAME="bench-producer" if role in PRODUCER_ROLES else "bench-consumer")
         self.run_no += 1
         path = os.path.join(self.logdir, "%03d-%s-%s-%s.log" % (self.run_no, sysobj.key, tag, role))
         out = open(path, "w")
@@ -162,7 +178,7 @@ class Bench:
             self.procs = []
             try:
                 sysobj.stop_background()
-                self.admin.execute("TRUNCATE %s CASCADE" % ", ".join(sysobj.tables))
+                sysobj.truncate(self.admin)
             except Exception as e:  # noqa: BLE001
                 log("  cleanup of %s failed: %s" % (sysobj.key, e))
 
@@ -173,9 +189,13 @@ class Bench:
             pass
         return systems.connect(self.cfg, app="bench-admin")
 
+    def systems_for(self, workload):
+        keys = self.wl_systems.get(workload)
+        return [s for s in self.systems if keys is None or s.key in keys]
+
     def rounds(self, workload, case, n_rounds, fn_for_system):
         for rnd in range(1, n_rounds + 1):
-            for s in self.systems:
+            for s in self.systems_for(workload):
                 self.run_one(workload, case, s, rnd, lambda s=s: fn_for_system(s))
 
     # -- building blocks -------------------------------------------------------
@@ -188,16 +208,59 @@ class Bench:
         sysobj.vacuum(self.admin)
         return {"load_s": round(t1 - t0, 2), "schedule_wait_s": round(t2 - t1, 2)}
 
+    # -- CPU per finished job --------------------------------------------------
+    def wait_backends(self, n, timeout=10.0):
+        """Wait until n producer/consumer backends are connected."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            k = systems.scalar(self.admin, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                                           "IN ('bench-producer', 'bench-consumer')")
+            if k >= n:
+                return True
+            time.sleep(0.02)
+        return False
+
+    @staticmethod
+    def client_pids(prod=None, cons=None):
+        out = {}
+        if prod is not None:
+            out["client: producers"] = [prod.pid]
+        if cons is not None:
+            out["client: consumers"] = [cons.pid]
+        return out
+
+    def cpu_result(self, c0, c1, jobs, seconds):
+        res = cpu.per_job_us(c0, c1, jobs, CLIENT_CLASSES)
+        return {"cpu_us_per_job": res, "cpu_window_s": round(seconds, 2), "cpu_jobs": jobs}
+
     def steady(self, sysobj, duration):
         d0 = sysobj.deletes(self.admin)
+        t0 = time.monotonic()
         prod, prod_log = self.pgbench(sysobj, "produce", PRODUCERS, duration, tag="steady")
         cons, cons_log = self.pgbench(sysobj, "consume", CONSUMERS, duration, tag="steady")
+        # CPU window: from 1 s in (every backend connected) to 1 s before the
+        # end (the backends are gone once pgbench ends).  Jobs finished in the
+        # window from the deletes counter, which each backend flushes at most
+        # once a second: the same lag at both ends.
+        cpu_extra = {}
+        try:
+            if not self.wait_backends(PRODUCERS + CONSUMERS):
+                raise RuntimeError("the pgbench backends did not all connect")
+            time.sleep(max(0.0, t0 + 1 - time.monotonic()))
+            clients = self.client_pids(prod, cons)
+            c0, w0, j0 = cpu.sample(self.admin, clients), time.monotonic(), sysobj.deletes(self.admin)
+            time.sleep(max(0.0, t0 + duration - 1 - time.monotonic()))
+            c1, w1, j1 = cpu.sample(self.admin, clients), time.monotonic(), sysobj.deletes(self.admin)
+            cpu_extra = self.cpu_result(c0, c1, j1 - j0, w1 - w0)
+        except Exception as e:  # noqa: BLE001 - the throughput figures stand without it
+            log("  CPU sampling failed: %s" % e)
         pushes = self.pgbench_result(prod, prod_log)
         self.pgbench_result(cons, cons_log)
         finished = sysobj.settled_deletes(self.admin) - d0
         left = sysobj.remaining(self.admin)
         check = pushes - left
         extra = {"finished": finished, "pushes": pushes, "left": left, "pushes_minus_left": check}
+        extra.update(cpu_extra)
         if abs(check - finished) > max(10, 0.01 * finished):
             note = ("%s steady state: deleted rows (%d) and pushes minus rows left (%d) differ"
                     % (sysobj.key, finished, check))
@@ -211,6 +274,13 @@ class Bench:
         before = sysobj.remaining(self.admin)
         t0 = time.monotonic()
         cons, cons_log = self.pgbench(sysobj, role, CONSUMERS, DRAIN_MAX_S, defines, tag=tag)
+        # CPU from when every consumer backend is connected (a few jobs may
+        # be gone by then: counted from the deletes) to the empty table, while
+        # the backends are still there.
+        c0 = None
+        if self.wait_backends(CONSUMERS):
+            clients = self.client_pids(cons=cons)
+            c0, w0 = cpu.sample(self.admin, clients), time.monotonic()
         while True:
             time.sleep(0.02)
             if sysobj.is_empty(self.admin):
@@ -219,12 +289,19 @@ class Bench:
             if cons.poll() is not None:
                 t1 = time.monotonic()
                 break
+        cpu_extra = {}
+        if c0 is not None and cons.poll() is None:
+            c1, w1 = cpu.sample(self.admin, clients), time.monotonic()
+            # jobs: the whole backlog (the few claimed in the milliseconds
+            # before the first sample count as if inside the window)
+            cpu_extra = self.cpu_result(c0, c1, before, w1 - w0)
         self.stop_pgbench(cons)
         self.pgbench_result(cons, cons_log, killed=True)
         left = sysobj.remaining(self.admin)
         if left:
             raise RuntimeError("drain stopped with %d jobs left (log %s)" % (left, cons_log))
         extra.update({"jobs": before - left, "seconds": round(t1 - t0, 2)})
+        extra.update(cpu_extra)
         return {"jobs_per_s": (before - left) / (t1 - t0)}, extra
 
     def push_batches(self, sysobj, duration, batch):
@@ -294,8 +371,13 @@ class Bench:
             p + "dead_tuples": dead,
             p + "size_mb": size / 1048576.0,
         }
+        # every whole window of the hold, for the per-window ratios to the control
+        n_w = int(hold // window)
+        windows = [rate(h0 + i * window, h0 + (i + 1) * window) for i in range(n_w)]
         extra = {"pushes": pushes, "left": sysobj.remaining(self.admin),
-                 "hold_s": round(h1 - h0, 1), "window_s": window, "after_window_s": after_w}
+                 "hold_s": round(h1 - h0, 1), "window_s": window, "after_window_s": after_w,
+                 "windows_jobs_per_s": windows,
+                 "loadavg_end": loadavg()}
         return metrics, extra
 
     # -- workloads -------------------------------------------------------------
@@ -363,10 +445,169 @@ class Bench:
         # Each system runs the hold and, right before it, the same load without
         # the hold (the control), so that the two are close in time.
         for rnd in range(1, c["rounds"] + 1):
-            for s in self.systems:
+            for s in self.systems_for("f"):
                 self.run_one("f", "no snapshot held (control)", s, rnd,
                              lambda s=s: self.hold(s, c, control=True))
                 self.run_one("f", "snapshot held %d s" % c["hold"], s, rnd, lambda s=s: self.hold(s, c))
+
+    def wl_g(self):
+        """(g) many tenants, pgqueue only: 10,000 queues of 10 ready jobs and one
+        of 100,000, pushed with the scheduler disabled, then scheduled; against
+        the same number of jobs over 10 queues.  Rounds interleave the two."""
+        c = self.conf["g"]
+        sys4 = [s for s in self.systems_for("g") if s.key == "sys4" and not s.mock]
+        if not sys4:
+            self.notes.append("(g) needs pgqueue (not the mock): not run")
+            log(self.notes[-1])
+            return
+        s = sys4[0]
+        total = c["small_queues"] * c["per_small"] + c["big"]
+        many = "%s queues x %d + 1 x %s" % (human(c["small_queues"]), c["per_small"], human(c["big"]))
+        base = "%d queues x %s (baseline)" % (c["base_queues"], human(total // c["base_queues"]))
+        for rnd in range(1, c["rounds"] + 1):
+            self.run_one("g", base, s, rnd, lambda: self.tenants(
+                s, [("b%02d" % i, total // c["base_queues"]) for i in range(c["base_queues"])], None))
+            self.run_one("g", many, s, rnd, lambda: self.tenants(
+                s, [("big", c["big"])] + [("t%05d" % i, c["per_small"]) for i in range(c["small_queues"])],
+                "big"))
+
+    def set_scheduler(self, on):
+        self.admin.execute("ALTER SYSTEM SET pgqueue.enabled = %s" % ("on" if on else "off"))
+        self.admin.execute("SELECT pg_reload_conf()")
+
+    def scheduler_pid(self, timeout=15.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = systems.scalar(self.admin, "SELECT pid FROM pg_stat_activity WHERE backend_type = "
+                                             "'pgqueue scheduler' AND datname = current_database()")
+            if pid:
+                return pid
+            time.sleep(0.1)
+        raise RuntimeError("no pgqueue scheduler backend")
+
+    def tenants(self, s, queues, big):
+        """One (g) run: push every queue's jobs (the big queue first, so its
+        jobs are the oldest) with the scheduler disabled, restart the
+        scheduler (so that it starts without knowing any queue, the same for
+        both cases), enable it, and time it until nothing is pending.  One
+        claimer claims one job at a time meanwhile (1 hour lease, never
+        acked, so that work_queue keeps every job's scheduling order for the
+        fairness check)."""
+        self.set_scheduler(False)
+        try:
+            time.sleep(1.5)                   # the worker has read the setting
+            old = self.scheduler_pid()
+            self.admin.execute("SELECT pg_terminate_backend(%s)", (old,))
+            deadline = time.monotonic() + 20
+            while True:
+                pid = self.scheduler_pid()
+                if pid != old:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the pgqueue scheduler did not restart")
+                time.sleep(0.1)
+            time.sleep(1.0)                   # past its start-up
+            t = time.monotonic()
+            with systems.connect(self.cfg, s.search_path, app="bench-loader") as lc:
+                chunk = []
+                for name, n in queues:
+                    left = n
+                    while left > 0:
+                        k = min(10000, left)
+                        chunk.append((name, k))
+                        left -= k
+                    if sum(k for _, k in chunk) >= 10000:
+                        self._push_queues(lc, chunk)
+                        chunk = []
+                if chunk:
+                    self._push_queues(lc, chunk)
+            load_s = time.monotonic() - t
+            total = sum(n for _, n in queues)
+            early = systems.scalar(self.admin, "SELECT count(*) FROM pgqueue.work_queue")
+            if early:
+                raise RuntimeError("%d jobs were scheduled while the scheduler was disabled" % early)
+            self.admin.execute("CHECKPOINT")
+            pid = self.scheduler_pid()
+
+            # the claimer
+            stop = threading.Event()
+            claims = []               # (t_start, t_end, got_job)
+            errors = []
+
+            def claimer():
+                try:
+                    with systems.connect(self.cfg, s.search_path, app="bench-claimer") as cc:
+                        while not stop.is_set():
+                            a = time.monotonic()
+                            row = cc.execute("SELECT id FROM pgq_claim('bench-g', 1, '1 hour')").fetchone()
+                            claims.append((a, time.monotonic(), row is not None))
+                            if row is None:
+                                time.sleep(0.001)
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+
+            th = threading.Thread(target=claimer, daemon=True)
+            th.start()
+            time.sleep(0.5)
+            ticks0 = cpu.proc_ticks(pid)
+            load0 = loadavg()
+            t0 = time.monotonic()
+            self.set_scheduler(True)
+            with systems.connect(self.cfg, app="bench-wait") as wc:
+                wc.execute("SET enable_seqscan = off")
+                deadline = t0 + 900
+                while s.has_pending(wc):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("(g): not scheduled in 900 s")
+                    time.sleep(0.05)
+            t1 = time.monotonic()
+            ticks1 = cpu.proc_ticks(pid)
+            stop.set()
+            th.join(10)
+            if errors:
+                raise RuntimeError("claimer failed: %s" % errors[0])
+            if ticks1 is None or self.scheduler_pid() != pid:
+                raise RuntimeError("the scheduler backend changed during the run")
+            moved = systems.scalar(self.admin, "SELECT count(*) FROM pgqueue.work_queue")
+            sched_s = (ticks1 - ticks0) / float(cpu.TICK)
+            got = [(b - a) * 1000.0 for a, b, ok in claims if ok and t0 <= a <= t1]
+            metrics = {
+                "sched_jobs_per_cpu_s": moved / sched_s if sched_s else None,
+                "sched_cpu_us_per_job": sched_s * 1e6 / moved if moved else None,
+                "wall_s": t1 - t0,
+                "claim_p50_ms": latency.percentile(got, 50) if got else None,
+                "claim_p99_ms": latency.percentile(got, 99) if got else None,
+            }
+            extra = {"jobs": total, "moved": moved, "scheduler_cpu_s": sched_s, "load_s": round(load_s, 2),
+                     "claims_with_job": len(got),
+                     "empty_claims": sum(1 for a, b, ok in claims if not ok and t0 <= a <= t1),
+                     "loadavg_before": load0, "loadavg_after": loadavg()}
+            if moved != total:
+                raise RuntimeError("%d of %d jobs reached work_queue" % (moved, total))
+            if big:
+                row = self.admin.execute("""
+                    WITH o AS (SELECT queue, row_number() OVER (ORDER BY created, batch_order) AS pos
+                                 FROM pgqueue.work_queue),
+                         b AS (SELECT pos FROM (SELECT pos, row_number() OVER (ORDER BY pos) AS k
+                                                  FROM o WHERE queue = %s) x WHERE k = 1000),
+                         f AS (SELECT queue, min(pos) AS p FROM o WHERE queue <> %s GROUP BY queue)
+                    SELECT (SELECT pos FROM b), max(p), count(*) FILTER (WHERE p > (SELECT pos FROM b)),
+                           count(*) FROM f""", (big, big)).fetchone()
+                big1000, last_first, late, nsmall = row
+                metrics["small_first_after_big_1000th"] = late
+                extra.update({"big_1000th_position": big1000, "last_small_first_position": last_first,
+                              "small_queues": nsmall})
+            return metrics, extra
+        finally:
+            self.set_scheduler(True)
+
+    @staticmethod
+    def _push_queues(conn, chunk):
+        """Push (queue, n) pairs in one transaction with pgq_push_batch."""
+        with conn.transaction():
+            for name, k in chunk:
+                conn.execute("SELECT count(*) FROM pgq_push_batch(%s, array(SELECT %s::jsonb "
+                             "FROM generate_series(1, %s)))", (name, systems.PAYLOAD, k))
 
     # -- setup -----------------------------------------------------------------
     def setup_systems(self, keys):
@@ -487,6 +728,9 @@ class Bench:
             "notes": self.notes + [s.in_flight_note for s in self.systems if s.in_flight_note],
             "conf": self.conf,
             "producers": PRODUCERS, "consumers": CONSUMERS,
+            "load": self.load,
+            "wl_systems": self.wl_systems,
+            "clk_tck": cpu.TICK,
         }
 
 
@@ -507,7 +751,9 @@ def main():
     p.add_argument("--user", default="postgres")
     p.add_argument("--dbname", default="bench")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", default="a,b,c,d,e,f")
+    p.add_argument("--only", default="a,b,c,d,e,f,g")
+    p.add_argument("--wl-systems", default="",
+                   help="per-workload systems, e.g. 'c=4 d=4 f=1,4' (others: --systems)")
     p.add_argument("--systems", default="1,2,3,4")
     p.add_argument("--workdir", required=True)
     p.add_argument("--settings", required=True, help="the server settings file")
@@ -521,27 +767,44 @@ def main():
 
     workloads = [w.strip() for w in args.only.split(",") if w.strip()]
     keys = [k.strip().replace("sys", "") for k in args.systems.split(",") if k.strip()]
-    bad = [w for w in workloads if w not in "abcdef" or len(w) != 1] + [k for k in keys if k not in systems.ALL]
+    wl_systems = {}
+    for item in args.wl_systems.split():
+        w, _, ks = item.partition("=")
+        wl_systems[w] = ["sys" + k.strip().replace("sys", "") for k in ks.split(",") if k.strip()]
+    bad = [w for w in workloads if w not in WORKLOAD_ORDER or len(w) != 1] + [k for k in keys if k not in systems.ALL]
+    bad += [w for w in wl_systems if w not in WORKLOAD_ORDER]
     if bad:
         p.error("unknown workload or system: %s" % ", ".join(bad))
 
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     b = Bench(args)
+    b.wl_systems = wl_systems
     b.setup_systems(keys)
     if not b.systems:
         raise SystemExit("no system to benchmark")
     log("systems: %s; workloads: %s; mode: %s" % (", ".join(s.key for s in b.systems),
                                                    ",".join(workloads), "quick" if args.quick else "full"))
-    for w in "abcdef":
+    def write_meta(finished):
+        meta = b.meta(started, finished)
+        with open(args.raw + ".meta.json", "w") as f:
+            json.dump(meta, f, indent=1)
+        return meta
+
+    for w in WORKLOAD_ORDER:
         if w in workloads:
+            # Written before each workload too, so that a run cut short can
+            # be rendered from what it has (report.py RESULTS.jsonl).
+            write_meta("(unfinished: before workload %s)" % w)
             t = time.monotonic()
-            log("workload (%s)" % w)
+            la0, up0 = loadavg(), time.strftime("%H:%M:%S")
+            log("workload (%s), loadavg %s" % (w, la0))
             getattr(b, "wl_" + w)()
-            log("workload (%s) took %.0f s" % (w, time.monotonic() - t))
+            b.load.append({"workload": w, "start": up0, "loadavg_start": la0,
+                           "end": time.strftime("%H:%M:%S"), "loadavg_end": loadavg(),
+                           "seconds": round(time.monotonic() - t)})
+            log("workload (%s) took %.0f s, loadavg %s" % (w, time.monotonic() - t, loadavg()))
     finished = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    meta = b.meta(started, finished)
-    with open(args.raw + ".meta.json", "w") as f:
-        json.dump(meta, f, indent=1)
+    meta = write_meta(finished)
     b.raw.close()
     text = report.render(meta, b.results)
     with open(args.out, "w") as f:

@@ -37,6 +37,14 @@ METRICS = {
     "kept_first": ("hold first {w} s ÷ no hold, same window", True, True),
     "kept_last": ("hold last {w} s ÷ no hold, same window", True, True),
     "kept_after": ("after the hold ({a} s) ÷ no hold, same window", True, True),
+    # (g) many tenants
+    "sched_jobs_per_cpu_s": ("jobs scheduled per s of scheduler CPU", True, True),
+    "sched_cpu_us_per_job": ("scheduler CPU us per job", False, True),
+    "wall_s": ("wall s until all in work_queue", False, True),
+    "claim_p50_ms": ("claim p50 ms while scheduling", False, True),
+    "claim_p99_ms": ("claim p99 ms while scheduling", False, True),
+    "small_first_after_big_1000th": ("small queues whose first job came after the big queue's 1,000th",
+                                     False, False),
 }
 
 
@@ -51,6 +59,7 @@ TITLES = {
     "d": "(d) Single claim+ack latency on a backlog",
     "e": "(e) Batches",
     "f": "(f) Steady state while a REPEATABLE READ snapshot is held open",
+    "g": "(g) Many tenants: scheduling 10,000 small queues and one big one",
 }
 
 
@@ -96,6 +105,23 @@ def describe(w, conf, meta):
                 "the same point of a run, since the first seconds from an empty queue are faster than "
                 "the later steady state for every system."
                 % (c["warm"], c["hold"], c["after"]))
+    if w == "g":
+        return ("pgqueue only. {small:,} queues of {per} ready jobs each plus one queue ('big') of {big:,} "
+                "(pushed first, so its jobs are the oldest), {total:,} jobs, against the baseline of the same "
+                "{total:,} jobs over {bq} queues; rounds interleave the two. The jobs are pushed with "
+                "pgq_push_batch while the scheduler is disabled (`ALTER SYSTEM SET pgqueue.enabled = off`, "
+                "reload); the scheduler backend is then terminated so that it restarts (1 s) knowing no "
+                "queue, the same for both cases; CHECKPOINT; then `pgqueue.enabled = on` and reload, and "
+                "the clock runs until no job is pending (polled every 50 ms). Scheduling throughput = jobs "
+                "moved / the scheduler backend's utime+stime over that time (/proc/<pid>/stat, clock ticks "
+                "of 1/{tck} s). Meanwhile one client (psycopg) claims one job at a time with "
+                "pgq_claim(lock_key, 1, '1 hour') and never acks, so that work_queue keeps every job with "
+                "its (created, batch_order), the order it was scheduled in: claim p50/p99 are over the "
+                "claims that returned a job while the scheduler ran. Fairness: each small queue's first "
+                "job, in (created, batch_order) order, must come before the big queue's 1,000th."
+                .format(small=c.get("small_queues", 0), per=c.get("per_small", 0), big=c.get("big", 0),
+                        total=c.get("small_queues", 0) * c.get("per_small", 0) + c.get("big", 0),
+                        bq=c.get("base_queues", 10), tck=meta.get("clk_tck", 100)))
     return ""
 
 
@@ -272,6 +298,230 @@ def hold_extra(cases, a_medians, conf, lines, summary):
     lines.append("")
 
 
+CPU_CLASSES = ["producers", "consumers", "scheduler", "server other", "server total",
+               "client: producers", "client: consumers", "total with clients"]
+
+
+def cpu_tables(grouped, lines):
+    """CPU us per finished job by process class, medians over rounds."""
+    any_cpu = False
+    for w in ("a", "b", "e"):
+        for case, by_sys in grouped.get(w, {}).items():
+            rows = []
+            for s in ORDER:
+                recs = [r for r in by_sys.get(s, []) if (r.get("extra") or {}).get("cpu_us_per_job")]
+                if not recs:
+                    continue
+                vals = [median([r["extra"]["cpu_us_per_job"].get(c) for r in recs]) for c in CPU_CLASSES]
+                jobs = median([r["extra"].get("cpu_jobs") for r in recs])
+                win = median([r["extra"].get("cpu_window_s") for r in recs])
+                rows.append((s, vals, len(recs), jobs, win))
+            if not rows:
+                continue
+            if not any_cpu:
+                lines += ["## CPU per finished job by process", "",
+                          "CPU time (utime + stime from /proc/<pid>/stat) of each class of processes over the "
+                          "measured window, divided by the jobs finished in it; µs per job, medians over "
+                          "rounds. producers / consumers: their server backends (found by application_name); "
+                          "scheduler: pgqueue's background worker (sys3: the harness's plpgsql scheduler "
+                          "loop); server other: the server's background processes (walwriter, checkpointer, "
+                          "autovacuum, ...; short-lived autovacuum workers that end inside the window are not "
+                          "counted); client: the pgbench processes. Steady state: the window runs from 1 s "
+                          "after the start to 1 s before the end, and the jobs finished in it are read from "
+                          "the deletes counter (flushed by each backend at most once a second, the same lag "
+                          "at both ends); drains: from every consumer connected to the empty table. "
+                          "pgqueue's background worker runs in the same server during every system's runs "
+                          "(sleeping its naptime when it has nothing to do): for sys1, sys2 and sys3 its idle "
+                          "CPU is what their \"scheduler\" column holds besides sys3's own loop (under 1 µs "
+                          "per job), and it is in their totals.", ""]
+                any_cpu = True
+            lines += ["### (%s) %s" % (w, case), ""]
+            lines.append("| system | " + " | ".join(CPU_CLASSES) + " | rounds | jobs in window | window s |")
+            lines.append("|---|" + "---|" * (len(CPU_CLASSES) + 3))
+            for s, vals, n, jobs, win in rows:
+                lines.append("| %s | %s | %d | %s | %s |" % (
+                    NAMES[s], " | ".join(fmt(v) for v in vals), n, fmt(jobs), fmt(win)))
+            lines.append("")
+
+
+def f_windows(grouped):
+    """(f): per round, each hold window / the same window of that round's
+    control; {system: {"per_window": [median over rounds], "rounds": n}}."""
+    cases = grouped.get("f", {})
+    hold_case = next((k for k in cases if k.startswith("snapshot held")), None)
+    ctl_case = next((k for k in cases if k.startswith("no snapshot held")), None)
+    out = {}
+    if not hold_case or not ctl_case:
+        return out
+    for s in ORDER:
+        held = {r["round"]: r for r in cases[hold_case].get(s, []) if "metrics" in r}
+        ctl = {r["round"]: r for r in cases[ctl_case].get(s, []) if "metrics" in r}
+        per_round = []
+        for rnd in sorted(held):
+            if rnd not in ctl:
+                continue
+            hw = held[rnd].get("extra", {}).get("windows_jobs_per_s") or []
+            cw = ctl[rnd].get("extra", {}).get("windows_jobs_per_s") or []
+            if hw and len(hw) == len(cw):
+                per_round.append([ratio(a, b) for a, b in zip(hw, cw)])
+        if per_round:
+            n = len(per_round[0])
+            out[s] = {"per_window": [median([r[i] for r in per_round]) for i in range(n)],
+                      "all": per_round, "rounds": len(per_round)}
+    return out
+
+
+def f_window_table(fw, conf, lines):
+    if not fw:
+        return
+    w = conf.get("f", {}).get("window", 20)
+    n = max(len(v["per_window"]) for v in fw.values())
+    lines.append("Each %d s window of the hold ÷ the same window of the same round's control run, median "
+                 "over rounds (the runs of each round in brackets):" % w)
+    lines.append("")
+    lines.append("| system | " + " | ".join("%d-%d s" % (i * w, (i + 1) * w) for i in range(n))
+                 + " | lowest | rounds |")
+    lines.append("|---|" + "---|" * (n + 2))
+    for s in ORDER:
+        if s not in fw:
+            continue
+        v = fw[s]
+        cells = []
+        for i, m in enumerate(v["per_window"]):
+            runs = ", ".join(fmt_ratio(r[i]) for r in v["all"])
+            cells.append("%s (%s)" % (fmt_ratio(m), runs) if v["rounds"] > 1 else fmt_ratio(m))
+        low = min(x for x in v["per_window"] if x is not None) if any(
+            x is not None for x in v["per_window"]) else None
+        lines.append("| %s | %s | %s | %d |" % (NAMES[s], " | ".join(cells), fmt_ratio(low), v["rounds"]))
+    lines.append("")
+
+
+def g_summary(grouped):
+    """(g): many-tenant case against the baseline, medians over rounds."""
+    cases = grouped.get("g", {})
+    base = next((k for k in cases if "baseline" in k), None)
+    many = next((k for k in cases if "baseline" not in k), None)
+    if not base or not many:
+        return None
+
+    def med(case, m):
+        return median([r["metrics"].get(m) for r in cases[case].get("sys4", []) if "metrics" in r])
+
+    late = [r["metrics"].get("small_first_after_big_1000th") for r in cases[many].get("sys4", [])
+            if "metrics" in r]
+    return {"base": base, "many": many,
+            "cost_ratio": ratio(med(many, "sched_cpu_us_per_job"), med(base, "sched_cpu_us_per_job")),
+            "claim_ratio": ratio(med(many, "claim_p50_ms"), med(base, "claim_p50_ms")),
+            "wall_ratio": ratio(med(many, "wall_s"), med(base, "wall_s")),
+            "late": late, "fair": bool(late) and all(x == 0 for x in late),
+            "rounds": len(late)}
+
+
+def goals(grouped, meta):
+    """The goals of issue 13, each with its measured figure."""
+    def med(w, case_prefix, s, m):
+        for case, by_sys in grouped.get(w, {}).items():
+            if case.startswith(case_prefix):
+                return median([r["metrics"].get(m) for r in by_sys.get(s, []) if "metrics" in r])
+        return None
+
+    def nrounds(w, case_prefix, s):
+        for case, by_sys in grouped.get(w, {}).items():
+            if case.startswith(case_prefix):
+                return len([r for r in by_sys.get(s, []) if "metrics" in r])
+        return 0
+
+    rows = []
+
+    def row(goal, target, measured, ok, note=""):
+        status = "not measured" if ok is None else ("MET" if ok else "**NOT MET**")
+        rows.append("| %s | %s | %s | %s | %s |" % (goal, target, measured, status, note))
+
+    def cmp_ratio(goal, a, b, target, minimum=True, note=""):
+        r = ratio(a, b)
+        ok = None if r is None else (r >= target if minimum else r <= target)
+        txt = None if r is None else "%.3f" % r
+        if txt is not None and float(txt) == target:
+            txt = "%.4f" % r          # 1.2003 must not read as 1.200 next to NOT MET
+        row(goal, ("≥ %.2fx" if minimum else "≤ %.2fx") % target,
+            "-" if r is None else "%sx (%s / %s)" % (txt, fmt(a), fmt(b)), ok, note)
+
+    a4, a1, a2 = (med("a", "steady", s, "jobs_per_s") for s in ("sys4", "sys1", "sys2"))
+    n = nrounds("a", "steady", "sys4")
+    cmp_ratio("(a) steady, single calls: pgqueue ÷ sys1 jobs/s", a4, a1, 1.0, note="%d rounds" % n)
+    cmp_ratio("(a) steady, single calls: pgqueue ÷ sys2 jobs/s", a4, a2, 0.8, note="%d rounds" % n)
+    b4, b1 = med("b", "drain", "sys4", "jobs_per_s"), med("b", "drain", "sys1", "jobs_per_s")
+    cmp_ratio("(b) drain, single calls: pgqueue ÷ sys1 jobs/s", b4, b1, 1.1,
+              note="%d rounds" % nrounds("b", "drain", "sys4"))
+    e100 = med("e", "claim 100", "sys4", "jobs_per_s")
+    row("batches: claim 100 + ack_batch, pgqueue jobs/s", "≥ 50,000", fmt(e100),
+        None if e100 is None else e100 >= 50000, "(e), %d rounds" % nrounds("e", "claim 100", "sys4"))
+    e10 = med("e", "claim 10", "sys4", "jobs_per_s")
+    cmp_ratio("batches: claim 10 + ack_batch ÷ sys1 single calls (drain (b))", e10, b1, 6.0,
+              note="(e) ÷ (b), %d rounds" % nrounds("e", "claim 10", "sys4"))
+    c50, c99 = med("c", "push to claim", "sys4", "p50_ms"), med("c", "push to claim", "sys4", "p99_ms")
+    nc = nrounds("c", "push to claim", "sys4")
+    row("(c) push-commit to claimed, blocking claim: p50", "≤ 1 ms", "-" if c50 is None else "%s ms" % fmt(c50),
+        None if c50 is None else c50 <= 1.0, "%d rounds" % nc)
+    row("(c) push-commit to claimed, blocking claim: p99", "≤ 5 ms", "-" if c99 is None else "%s ms" % fmt(c99),
+        None if c99 is None else c99 <= 5.0, "%d rounds" % nc)
+    d1k = med("d", "backlog 1k", "sys4", "p50_ms")
+    d1m = med("d", "backlog 1M", "sys4", "p50_ms")
+    dinf = next((med("d", k, "sys4", "p50_ms") for k in grouped.get("d", {}) if "in flight" in k), None)
+    ninf = next((nrounds("d", k, "sys4") for k in grouped.get("d", {}) if "in flight" in k), 0)
+    cmp_ratio("(d) claim+ack p50, 1M backlog ÷ 1k backlog", d1m, d1k, 1.2, minimum=False,
+              note="%d / %d rounds" % (nrounds("d", "backlog 1M", "sys4"), nrounds("d", "backlog 1k", "sys4")))
+    cmp_ratio("(d) claim+ack p50, 10k in flight (on 100k) ÷ 1k backlog", dinf, d1k, 1.2, minimum=False,
+              note="%d / %d rounds" % (ninf, nrounds("d", "backlog 1k", "sys4")))
+    fw = f_windows(grouped).get("sys4")
+    if fw:
+        low = min(x for x in fw["per_window"] if x is not None)
+        row("(f) every %d s window of the hold ÷ same window of control (pgqueue, lowest window's median)"
+            % meta.get("conf", {}).get("f", {}).get("window", 20),
+            "≥ 0.90", "%.3f (windows: %s)" % (low, ", ".join(fmt_ratio(x) for x in fw["per_window"])),
+            low >= 0.9, "%d rounds" % fw["rounds"])
+    else:
+        row("(f) every 20 s window of the hold ÷ same window of control", "≥ 0.90", "-", None)
+    for m, label in (("dead_tuples", "dead tuples"), ("size_mb", "table+index size")):
+        h4 = med("f", "snapshot held", "sys4", m)
+        h1 = med("f", "snapshot held", "sys1", m)
+        cmp_ratio("(f) %s at the end of the hold: pgqueue ÷ sys1" % label, h4, h1, 2.0, minimum=False,
+                  note="%d rounds" % nrounds("f", "snapshot held", "sys4"))
+    g = g_summary(grouped)
+    if g:
+        for key, label in (("cost_ratio", "scheduler CPU per job"), ("claim_ratio", "claim p50")):
+            r = g[key]
+            row("(g) many tenants ÷ 10 queues: %s" % label, "≤ 1.50x", "-" if r is None else "%.3fx" % r,
+                None if r is None else r <= 1.5, "%d rounds" % g["rounds"])
+        row("(g) fairness: every small queue's first job before the big queue's 1,000th", "0 late queues",
+            "late queues per round: %s" % ", ".join(str(x) for x in g["late"]), g["fair"],
+            "%d rounds" % g["rounds"])
+    else:
+        row("(g) many tenants", "≤ 1.50x, fairness", "-", None)
+    return ["## Goals (issue 13)", "",
+            "Medians of the rounds of this run (the number of rounds is given), ratios to the systems of "
+            "the same run; computed by report.py from RESULTS.jsonl, never edited by hand.", "",
+            "| goal | target | measured | status | |", "|---|---|---|---|---|"] + rows + [""]
+
+
+def load_section(meta, lines):
+    load = meta.get("load") or []
+    if not load:
+        return
+    lines += ["## Other load on the machine", "",
+              "The machine (%s cores) was shared: other engineers' tests, soaks and fuzzers ran during this "
+              "run. The figures are side-by-side ratios of interleaved rounds within one run, so the other "
+              "load falls on every system; it shows as noise between rounds (see the runs columns). Load "
+              "average (1, 5, 15 min, /proc/loadavg) at the start and end of each workload:"
+              % meta.get("machine", {}).get("nproc", "?"), "",
+              "| workload | start | loadavg at start | end | loadavg at end | seconds |",
+              "|---|---|---|---|---|---|"]
+    for x in load:
+        lines.append("| %s | %s | %s | %s | %s | %s |" % (x["workload"], x["start"], x["loadavg_start"],
+                                                         x["end"], x["loadavg_end"], x["seconds"]))
+    lines.append("")
+
+
 def render(meta, results):
     conf = meta.get("conf", {})
     quick = meta.get("mode") == "quick"
@@ -281,7 +531,15 @@ def render(meta, results):
               "not figures to draw conclusions from.", ""]
     L += ["- Mode: %s" % meta.get("mode"),
           "- Date: %s to %s" % (meta.get("started"), meta.get("finished")),
-          "- Command: `%s`" % meta.get("command", "").strip(), ""]
+          "- Command: `%s`" % meta.get("command", "").strip()]
+    if meta.get("wl_systems"):
+        L.append("- Systems per workload: %s; any workload not listed: every system of the run. "
+                 "The others were left out to fit the run in its time (the goals compare only these)"
+                 % "; ".join(
+                     "(%s) %s" % (w, ", ".join(NAMES.get(k, k) for k in ks))
+                     for w, ks in sorted(meta["wl_systems"].items())))
+    L.append("")
+    L += goals(group(results), meta)
     m = meta.get("machine", {})
     L += ["## Machine", "",
           "- CPU: %s, %s cores (nproc)" % (m.get("cpu"), m.get("nproc")),
@@ -309,7 +567,7 @@ def render(meta, results):
     summary = []
     body = []
     a_medians = {}
-    for w in "abcdef":
+    for w in "abcdefg":
         if w not in grouped:
             continue
         body += ["## %s" % TITLES[w], "", describe(w, conf, meta), ""]
@@ -321,7 +579,19 @@ def render(meta, results):
                     a_medians[s] = median([r["metrics"]["jobs_per_s"] for r in rs if "metrics" in r])
         if w == "f":
             hold_extra(grouped[w], a_medians, conf, body, summary)
+            f_window_table(f_windows(grouped), conf, body)
+        if w == "g":
+            g = g_summary(grouped)
+            if g:
+                body += ["Many tenants ÷ baseline (medians): scheduler CPU per job %s, claim p50 %s, wall "
+                         "time %s; small queues served after the big queue's 1,000th job, per round: %s."
+                         % (fmt_ratio(g["cost_ratio"]), fmt_ratio(g["claim_ratio"]), fmt_ratio(g["wall_ratio"]),
+                            ", ".join(str(x) for x in g["late"])), ""]
 
+    cpu_lines = []
+    cpu_tables(grouped, cpu_lines)
+    load_section(meta, L)
+    L += cpu_lines
     present = [s for s in ORDER if any(s in vals for _, _, _, _, vals in summary)]
     if summary:
         L += ["## Summary (medians)", ""]

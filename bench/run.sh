@@ -3,12 +3,15 @@
 # PostgreSQL 15 server, runs the workloads against each system, writes
 # bench/RESULTS.md and prints it.  See bench/README.md.
 #
-#   bash bench/run.sh [--quick] [--only a,b,c,d,e,f] [--systems 1,2,3,4]
-#                     [--out FILE] [--keep] [--mock-pgqueue]
+#   bash bench/run.sh [--quick] [--only a,b,c,d,e,f,g] [--systems 1,2,3,4]
+#                     [--wl-systems 'c=4 d=4 f=1,4'] [--out FILE] [--keep]
+#                     [--mock-pgqueue] [--no-install]
 #
 # Environment: BENCH_DIR (parent of the throwaway directory, default /tmp),
 #              BENCH_PORT (default 55433), PG_CONFIG (the server installation
-#              to use, default Debian's /usr/lib/postgresql/15/bin/pg_config).
+#              to use, default Debian's /usr/lib/postgresql/15/bin/pg_config;
+#              pgqueue is built and installed there with make install
+#              PG_CONFIG=... first, unless --no-install).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,8 +22,10 @@ PY=/usr/bin/python3          # Debian's python3-psycopg is installed for this on
 PORT=${BENCH_PORT:-55433}
 BASE=${BENCH_DIR:-/tmp}
 QUICK=""
-ONLY="a,b,c,d,e,f"
+ONLY="a,b,c,d,e,f,g"
 SYSTEMS="1,2,3,4"
+WL_SYSTEMS=""
+INSTALL=1
 OUT="$HERE/RESULTS.md"
 KEEP=0
 MOCK=""
@@ -34,6 +39,9 @@ while [ $# -gt 0 ]; do
         --only=*) ONLY="${1#*=}" ;;
         --systems) SYSTEMS="$2"; shift ;;
         --systems=*) SYSTEMS="${1#*=}" ;;
+        --wl-systems) WL_SYSTEMS="$2"; shift ;;
+        --wl-systems=*) WL_SYSTEMS="${1#*=}" ;;
+        --no-install) INSTALL=0 ;;
         --out) OUT="$2"; shift ;;
         --out=*) OUT="${1#*=}" ;;
         --keep) KEEP=1 ;;
@@ -46,7 +54,7 @@ done
 
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 
-[[ $ONLY =~ ^[a-f](,[a-f])*$ ]] || { echo "run.sh: --only takes workloads a-f, e.g. a,c" >&2; exit 2; }
+[[ $ONLY =~ ^[a-g](,[a-g])*$ ]] || { echo "run.sh: --only takes workloads a-g, e.g. a,c" >&2; exit 2; }
 [[ $SYSTEMS =~ ^(sys)?[1-4](,(sys)?[1-4])*$ ]] || { echo "run.sh: --systems takes 1-4, e.g. 1,2,4" >&2; exit 2; }
 mkdir -p "$(dirname "$OUT")" || { echo "run.sh: cannot create the directory of $OUT" >&2; exit 2; }
 
@@ -65,6 +73,13 @@ fi
 id postgres >/dev/null 2>&1 || { echo "run.sh: no postgres user after installing postgresql-$PGVER" >&2; exit 1; }
 
 # ---------------------------------------------------------------- pgqueue?
+# Build this checkout and install it into the server installation of
+# PG_CONFIG, so that the figures are those of the code beside this script.
+if [ $INSTALL = 1 ] && [ -z "$MOCK" ]; then
+    log "building pgqueue and installing it for $PGBIN/pg_config"
+    make -s -C "$HERE/.." -j2 PG_CONFIG="$PGBIN/pg_config" >/dev/null
+    make -s -C "$HERE/.." install PG_CONFIG="$PGBIN/pg_config" >/dev/null
+fi
 PKGLIBDIR=$("$PGBIN/pg_config" --pkglibdir 2>/dev/null || pg_config --pkglibdir)
 SHAREDIR=$("$PGBIN/pg_config" --sharedir 2>/dev/null || pg_config --sharedir)
 PGQ_STATUS=absent
@@ -164,7 +179,7 @@ fi
 # ---------------------------------------------------------------- workloads
 start=$(date +%s)
 "$PY" "$HERE/driver.py" --host "$SOCK" --port "$PORT" --user postgres --dbname bench \
-    $QUICK $MOCK --only "$ONLY" --systems "$SYSTEMS" --workdir "$WORK" \
+    $QUICK $MOCK --only "$ONLY" --systems "$SYSTEMS" --wl-systems "$WL_SYSTEMS" --workdir "$WORK" \
     --settings "$DATA/bench.conf" --out "$OUT" --raw "${OUT%.md}.jsonl" \
     --command "$COMMAND" --pgqueue-status "$PGQ_STATUS" --pgqueue-reason "$PGQ_REASON"
 log "workloads took $(( $(date +%s) - start )) s"

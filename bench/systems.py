@@ -74,10 +74,26 @@ class System:
         a run are VACUUM ANALYZEd (vacuum()) before the run starts.
         """
         self.stop_background()
-        conn.execute("SET lock_timeout = '60s'")
-        conn.execute("TRUNCATE %s RESTART IDENTITY CASCADE" % ", ".join(self.tables))
-        conn.execute("RESET lock_timeout")
+        self.truncate(conn)
         conn.execute("CHECKPOINT")
+
+    def truncate(self, conn, attempts=5):
+        """TRUNCATE the system's tables.  A scheduler pass running at the same
+        time (pgqueue's worker, still moving jobs pushed by the last run) can
+        take the tables' locks in the other order: the deadlock detector then
+        cancels one of the two, and the TRUNCATE is tried again."""
+        conn.execute("SET lock_timeout = '60s'")
+        try:
+            for i in range(attempts):
+                try:
+                    conn.execute("TRUNCATE %s RESTART IDENTITY CASCADE" % ", ".join(self.tables))
+                    return
+                except psycopg.errors.DeadlockDetected:
+                    if i == attempts - 1:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            conn.execute("RESET lock_timeout")
 
     def vacuum(self, conn):
         for t in self.tables:
