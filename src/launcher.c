@@ -59,6 +59,7 @@
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
+#include "storage/lmgr.h"
 #include "storage/latch.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -194,6 +195,20 @@ pgq_launcher_tend(PgqLaunchedDb *db, int dbindex)
 																		   PGQ_RESTART_MS));
 
 	state = pgq_database_state(db->name, &dboid);
+	if (state == PGQ_DB_OK)
+	{
+		/*
+		 * A DROP DATABASE in progress holds its database's lock until it
+		 * commits, and terminates the scheduler first (WITH (FORCE), or as
+		 * it waits for the other sessions to go): wait for it, and look
+		 * again, lest the scheduler started meanwhile fail to connect to a
+		 * database that is gone (a FATAL and an "exited with exit code 1").
+		 */
+		StartTransactionCommand();
+		LockSharedObject(DatabaseRelationId, dboid, 0, AccessShareLock);
+		CommitTransactionCommand();
+		state = pgq_database_state(db->name, &dboid);
+	}
 	if (state != PGQ_DB_OK)
 	{
 		if (state != db->logged && state == PGQ_DB_MISSING)
