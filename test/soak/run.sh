@@ -64,7 +64,7 @@ done
 DATA=$DIR/data
 LOG=$DIR/server.log
 HIST=$DIR/history.jsonl
-rm -rf "$DATA" "$HIST"
+rm -rf "$DATA" "$HIST" "$LOG"
 "$BIN/initdb" -D "$DATA" -A trust -U postgres --no-sync >"$DIR/initdb.log" 2>&1 ||
 	{ cat "$DIR/initdb.log"; echo "soak: 0 passed, 1 failed"; exit 1; }
 cat >>"$DATA/postgresql.conf" <<EOF

@@ -60,6 +60,7 @@ QUEUES = {
     'soak_fail': dict(weight=1, max_in_flight=0, max_tries=2),
 }
 CAPPED = ['soak_cap3', 'soak_cap5']
+LEASES = [1, 2, 3]     # seconds
 
 
 class History:
@@ -148,7 +149,7 @@ class Soak:
                     conn = self.connect('soak-producer-%d' % n, self.stop_producers)
                 except psycopg.Error:
                     continue
-            q = rng.choice(list(QUEUES))
+            q = rng.choices(list(QUEUES), weights=[4, 2, 2, 2])[0]
             prio = rng.choice([0, 0, 0, 1, 5, -3])
             delay = round(rng.uniform(0.1, 3.0), 2) if rng.random() < 0.15 else None
             dedup = None
@@ -157,7 +158,7 @@ class Soak:
             try:
                 with conn.cursor() as cur:
                     if kind == 'batch':
-                        k = rng.randint(2, 12)
+                        k = rng.randint(2, 6)
                         payloads = [json.dumps({'p': n, 'n': seq, 'i': i}) for i in range(k)]
                         cur.execute(
                             'SELECT pgq_push_batch(%s, %s::jsonb[], '
@@ -254,7 +255,7 @@ class Soak:
                     conn = self.connect('soak-consumer-%d' % n, self.stop_consumers)
                 except psycopg.Error:
                     continue
-            lease = rng.choice([2, 3, 5])
+            lease = rng.choice(LEASES)
             max_items = rng.choice([1, 1, 1, 2, 4])
             wait = rng.choice([0, 0, 1])
             t0 = time.time()
@@ -297,22 +298,22 @@ class Soak:
             for i, jid in enumerate(jobs):
                 r = rng.random()
                 if drain:
-                    r = r * 0.85     # no stalls or disconnects while draining
+                    r = r * 0.92     # no stalls or disconnects while draining
                 time.sleep(rng.uniform(0, 0.03))
-                if r < 0.70:
+                if r < 0.80:
                     ack(jid)
-                elif r < 0.82:
+                elif r < 0.90:
                     nack(jid)
-                elif r < 0.85:
+                elif r < 0.92:
                     # long work under a lease kept alive with pgq_extend
                     time.sleep(lease * 0.6)
                     if extend(jid, lease) is not None:
                         time.sleep(lease * 0.6)
                     ack(jid)
-                elif r < 0.93:
+                elif r < 0.97:
                     # stall past the lease, then ack: false once another
                     # claim took the job
-                    time.sleep(lease + rng.uniform(0.3, 2.0))
+                    time.sleep(lease + rng.uniform(0.3, 1.5))
                     ack(jid)
                 else:
                     # disconnect mid-job: the rest of this claim is orphaned
@@ -424,7 +425,7 @@ class Soak:
                     detail = dict(q=q, weight=w)
                 elif kind == 'cap':
                     q = rng.choice(CAPPED)
-                    c = rng.choice([1, 2, 3, 5, 8])
+                    c = rng.choice([1, 2, 3, 5, 8, 0])
                     detail = dict(q=q, max_in_flight=c)
                     self.configure(conn, q, max_in_flight=c)
                     detail = dict(q=q, max_in_flight=c)
@@ -535,7 +536,7 @@ class Soak:
         self.h.write('start', seconds=a.seconds, seed=a.seed, queues=QUEUES,
                      producers=a.producers, consumers=a.consumers,
                      fault_interval=a.fault_interval, naptime=a.naptime,
-                     lease_choices=[2, 3, 5], pid=os.getpid())
+                     lease_choices=LEASES, pid=os.getpid())
         self.setup()
         self.h.write('phase', name='run')
         threads = []
@@ -605,7 +606,7 @@ def main():
     p.add_argument('--drain-seconds', type=float, default=120)
     p.add_argument('--producers', type=int, default=3)
     p.add_argument('--consumers', type=int, default=5)
-    p.add_argument('--push-pause', type=float, default=0.05)
+    p.add_argument('--push-pause', type=float, default=0.3)
     p.add_argument('--fault-interval', type=float, default=6.0)
     p.add_argument('--sample-interval', type=float, default=0.5)
     p.add_argument('--sizes-interval', type=float, default=10)
