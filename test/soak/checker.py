@@ -14,9 +14,10 @@ database) and checks, from it alone:
     COMMIT that returned) per job.
  5. no ack from a holder that lost its lease: an accepted ack's holder made
     the job's latest claim (the highest version anyone got).
- 6. an ack is refused only to a holder that lost the job: a refused ack
-    whose holder still made the latest claim and was not released, and
-    whose job did not fail, is a defect.
+ 6. an ack, nack or extend is refused only to a holder that lost the job:
+    a refused call whose holder still made the latest claim and was not
+    released, and whose job did not fail, is a defect (a lease that ran out
+    but was not taken by another claim still belongs to its holder).
  7. every job pushed (COMMIT returned) is, at the end, either acked exactly
     once (one 'acked' row in pgqueue.archive, nothing left in the queue
     tables, and an accepted ack in the history) or failed (state 'failed',
@@ -269,7 +270,10 @@ def main():
 
     # --- 6. refused only to a holder that lost the job ------------------------
     p = []
-    for a in acks_refused:
+    refused = acks_refused + \
+        [dict(e, call='nack') for e in by['nack'] if e['status'] == 'ok' and e['result'] is None] + \
+        [dict(e, call='extend') for e in by['extend'] if e['status'] == 'ok' and e['result'] is None]
+    for a in refused:
         jid = a['id']
         cl = [c for c in claims.get(jid, []) if c['t1'] <= a['t0']]
         if not cl or cl[-1]['holder'] != a['holder'] or claims[jid][-1]['holder'] != a['holder']:
@@ -284,9 +288,10 @@ def main():
             continue        # a claim we cannot see may have taken it
         if archive.get(jid) and any(x['holder'] == a['holder'] for x in acks_maybe.get(jid, [])):
             continue
-        p.append('%s: ack by %s refused though it made the latest claim (v%d) and was not released' % (
-            jid, a['holder'], c['version']))
-    check('acks refused only to holders that lost the job', p)
+        p.append('%s: %s by %s refused though it made the latest claim (v%d) and was not released' % (
+            jid, a.get('call', 'ack'), a['holder'], c['version']))
+    check('acks, nacks, extends refused only to holders that lost the job', p,
+          '%d refused' % len(refused))
 
     # --- 7/8. every pushed job acked once or failed ---------------------------
     p7, p8 = [], []
