@@ -25,6 +25,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 if [ "$(id -u)" = 0 ]; then
 	# initdb refuses root: run as postgres (a directory postgres can read)
 	: "${SOAK_DIR:=$(mktemp -d "${TMPDIR:-/tmp}/pgqueue-soak.XXXXXX")}"
+	mkdir -p "$SOAK_DIR"
 	chown postgres: "$SOAK_DIR"
 	chmod 755 "$SOAK_DIR"
 	exec runuser -u postgres -- env SOAK_DIR="$SOAK_DIR" SOAK_SECONDS="${SOAK_SECONDS:-}" \
