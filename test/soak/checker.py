@@ -23,7 +23,9 @@ database) and checks, from it alone:
     tables, and an accepted ack in the history) or failed (state 'failed',
     tries = the queue's max_tries, last_error set, never acked).
  8. pushes whose COMMIT's outcome is unknown: either they never existed
-    (not in the tables, the archive or any claim) or as in 7.
+    (not in the tables, the archive or any claim) or as in 7; and as the
+    producer found them when it looked them up after reconnecting (all of
+    a batch or none; there at the end if found then, never if not).
  9. nothing unknown: every job in the tables, the archive and the claims
     was pushed; a push whose COMMIT failed left nothing.
 10. no duplicates: no id in the archive twice; ids of pushes without a
@@ -346,6 +348,21 @@ def main():
                 jid, ps.get('by'), ps['q'], len(claims.get(jid, []))))
         if acks_ok.get(jid) and not arc:
             out.append('%s: ack accepted by %s but no archive row' % (jid, acks_ok[jid][0]['holder']))
+    # uncertain pushes that the producer looked up after reconnecting
+    for e in by['push_resolved']:
+        ids = e['ids']
+        if 0 < e['found'] < len(ids):
+            p8.append('%s: %d of the %d jobs of one push found: half a COMMIT' % (
+                ids[0], e['found'], len(ids)))
+            continue
+        for jid in ids:
+            if pushed.get(jid, {}).get('status') == 'ok':
+                continue        # a dedup push that returned a committed job
+            there = final_job.get(jid) or archive.get(jid) or jid in claims
+            if e['found'] and not there:
+                p8.append('%s: found after its COMMIT was lost, gone at the end' % jid)
+            elif not e['found'] and there:
+                p8.append('%s: not found after its COMMIT was lost, but there later' % jid)
     n_certain = sum(1 for x in pushed.values() if x['status'] == 'ok')
     check('every pushed job acked exactly once or failed after max_tries', p7,
           '%d jobs: %d acked, %d failed' % (n_certain + n_unc_yes, n_acked, n_failed))
@@ -521,7 +538,8 @@ def main():
 
     # --- 16. server log -------------------------------------------------------
     p = []
-    kills = sum(1 for e in by['fault'] + by['fault_error'] if e['kind'] == 'sigkill')
+    kills = sum(1 for e in by['fault'] + by['fault_error']
+                if e['kind'] == 'sigkill' and e.get('pid') is not None)
     log = by['server_log'][0] if by['server_log'] else None
     if log is None:
         p.append('no server log summary')
@@ -571,6 +589,7 @@ def main():
         duration=round(end['duration'], 1) if end else None,
         drain_seconds=round(drain_s, 1) if drain_s is not None else None,
         push_calls=len(by['push']), push_uncertain=sum(1 for e in by['push'] if e['status'] == 'uncertain'),
+        push_uncertain_committed=n_unc_yes, push_uncertain_absent=n_unc_no,
         jobs=n_certain + n_unc_yes, acked=n_acked, failed=n_failed,
         claims=sum(len(l) for l in claims.values()), steals=steals,
         nacks=len(by['nack']), stale_acks_refused=len(acks_refused),

@@ -20,6 +20,8 @@ when the client sent the call and when it had the answer):
   push      ids (in order), q, by, prio, delay, dedup, status: ok (COMMIT
             returned) | uncertain (the connection was lost during COMMIT)
   claim     id, q, holder, tries, version, lock_timeout (server), lease
+  push_resolved  ids, found: an uncertain push looked up after reconnecting
+            (how many of its ids are in pgqueue.queue or pgqueue.archive)
   claim_uncertain  holder: COMMIT of a claim lost, rows unknown
   idle      holder, queues: a claim that returned no row (t0..t1)
   ack       id, holder, result (true/false), status ok | uncertain | error
@@ -90,6 +92,9 @@ class Soak:
         self.keys_lock = threading.Lock()
         self.server_lock = threading.Lock()   # held while the injector restarts the server
         self.errors = []        # unexpected exceptions in threads
+        self.kill_commit = threading.Event()  # the next COMMIT kills its backend
+        self.kill_lock = threading.Lock()
+        self.kill_done = threading.Event()
 
     # --- connections -------------------------------------------------------
     def connect(self, app, stop=None, timeout=120):
@@ -120,6 +125,30 @@ class Soak:
             traceback.print_exc()
             self.errors.append('%s: %r' % (name, e))
             self.h.write('harness_error', thread=name, error=repr(e))
+
+    def commit(self, conn, who):
+        """COMMIT; or, when the injector asked for it, SIGKILL this
+        connection's backend while its COMMIT is in flight (a crash restart
+        whose COMMIT may or may not have happened: raises
+        OperationalError, as a connection lost during COMMIT does)."""
+        take = False
+        if self.kill_commit.is_set():
+            with self.kill_lock:
+                take = self.kill_commit.is_set()
+                self.kill_commit.clear()
+        if not take:
+            conn.commit()
+            return
+        pid = conn.info.backend_pid
+        t0 = time.time()
+        conn.pgconn.send_query(b'COMMIT')
+        conn.pgconn.flush()
+        time.sleep(random.uniform(0, 0.0003))
+        os.kill(pid, signal.SIGKILL)
+        self.h.write('fault', kind='sigkill', target='commit in flight', pid=pid, app=who,
+                     t0=t0, t1=time.time())
+        self.kill_done.set()
+        raise psycopg.OperationalError('backend killed during COMMIT')
 
     # --- setup -------------------------------------------------------------
     def configure(self, conn, q, **kw):
@@ -181,7 +210,7 @@ class Soak:
                 conn = None
                 continue
             try:
-                conn.commit()
+                self.commit(conn, 'producer-%d' % n)
                 status = 'ok'
             except psycopg.OperationalError:
                 status = 'uncertain'
@@ -192,6 +221,21 @@ class Soak:
             if status != 'ok':
                 self.close(conn)
                 conn = None
+            if status == 'uncertain':
+                # resolve it: the tables and the archive (every soak queue
+                # keeps one, and nothing cancels or purges) say whether the
+                # COMMIT happened
+                try:
+                    conn = self.connect('soak-producer-%d' % n, timeout=300)
+                    found = conn.execute(
+                        'SELECT (SELECT count(*) FROM pgqueue.queue WHERE id = ANY(%s::uuid[]))'
+                        '     + (SELECT count(*) FROM pgqueue.archive WHERE id = ANY(%s::uuid[]))',
+                        (ids, ids)).fetchone()[0]
+                    conn.commit()
+                    self.h.write('push_resolved', ids=ids, q=q, by=n, dedup=dedup, found=found)
+                except psycopg.Error:
+                    self.close(conn)
+                    conn = None
             time.sleep(rng.uniform(0, 2 * self.a.push_pause))
         self.close(conn)
 
@@ -219,7 +263,7 @@ class Soak:
                 conn = None
                 return None, 'error'
             try:
-                conn.commit()
+                self.commit(conn, key)
                 return val, 'ok'
             except psycopg.OperationalError:
                 self.close(conn)
@@ -269,7 +313,7 @@ class Soak:
                 conn = None
                 continue
             try:
-                conn.commit()
+                self.commit(conn, key)
             except psycopg.Error:
                 self.h.write('claim_uncertain', holder=key, t0=t0, t1=time.time())
                 self.close(conn)
@@ -289,7 +333,10 @@ class Soak:
                              lock_timeout=float(lt), lease=lease, t0=t0, t1=t1)
             drain = self.draining.is_set()
             if len(jobs) > 1 and rng.random() < 0.2:
-                time.sleep(rng.uniform(0, 0.05))
+                if not drain and rng.random() < 0.1:
+                    time.sleep(lease + rng.uniform(0.3, 1.5))   # some may be taken meanwhile
+                else:
+                    time.sleep(rng.uniform(0, 0.05))
                 t0 = time.time()
                 c, st = tx('SELECT pgq_ack_batch(%s::uuid[], %s)', (jobs, key))
                 self.h.write('ack_batch', ids=jobs, holder=key, count=c, status=st,
@@ -374,6 +421,21 @@ class Soak:
                                      "WHERE backend_type = 'pgqueue scheduler'").fetchone()[0]
                     conn.commit()
                     detail = dict(terminated=r)
+                elif kind == 'sigkill' and rng.random() < 0.5:
+                    # a client's backend, killed by the client itself while
+                    # its COMMIT is in flight (see commit()); recorded there
+                    self.kill_done.clear()
+                    self.kill_commit.set()
+                    took = self.kill_done.wait(5)
+                    with self.kill_lock:
+                        self.kill_commit.clear()
+                    self.close(conn)
+                    conn = None
+                    time.sleep(0.5)
+                    self.wait_server()
+                    if took:
+                        continue
+                    detail = dict(pid=None, target='no COMMIT within 5 s')
                 elif kind == 'sigkill':
                     rows = conn.execute(
                         "SELECT pid, backend_type, application_name FROM pg_stat_activity "
