@@ -43,11 +43,16 @@ database) and checks, from it alone:
     before; 0 = no cap; the second before t1 covers a pass that read the
     cap just before it changed).  So lowering a cap below the rows in
     flight is legitimate and their number may only fall until under it.
-13. not stuck: no sample showed a work_queue row claimable (never claimed,
+13. not stuck (work_queue): no sample showed a work_queue row claimable (never claimed,
     released, or its lease run out) since time s while a claim that could
     take it (its queues filter included the job's queue) started at
     s + 1 s or later and came back empty before the sample (no server crash
     around it, which could have rolled back a claim holding the row).
+13b. not stuck (queue): no sample showed a job of a queue without a cap,
+    due for over 5 s and not scheduled, when the queue may not have been
+    paused since a second before it was due and no scheduler outage
+    (terminated, killed, server restarted) ended less than 5 s before it
+    was due or began before the sample.
 14. drained: at the end, nothing in work_queue and only failed jobs in
     pgqueue.queue.
 15. bounded: pgqueue.queue + work_queue (with indexes and TOAST) under
@@ -61,7 +66,7 @@ database) and checks, from it alone:
     /usr/bin/python3 checker.py history.jsonl [--verbose] [--partial]
 
 --partial checks a run still going (or cut short): only what needs no final
-state (2, 3, 4, 5, 10, 12, 13, 15).
+state (2, 3, 4, 5, 10, 12, 13, 13b, 15).
 
 Prints one "ok N - ..." or "not ok N - ..." line per check, the figures,
 and "soak: N passed, N failed"; exits non-zero when a check failed.
@@ -500,6 +505,41 @@ def main():
                 break
     check('no job stuck in work_queue while consumers were idle', p,
           '%d samples, %d empty claims' % (len(samples), len(idle)))
+
+    # --- 13b. no due job left unscheduled ------------------------------------
+    p = []
+    pauses = collections.defaultdict(list)      # q -> [(t0, t1, paused, certain)]
+    for e in by['config']:
+        if 'paused' in e:
+            pauses[e['q']].append((e['t0'], e['t1'], e['paused'], True))
+    for e in by['fault_error']:
+        if e['kind'] == 'pause' and e.get('q'):
+            pauses[e['q']].append((e['t0'], float('inf'), True, False))
+
+    def maybe_paused(q, a, b):
+        l = sorted(pauses.get(q, []))
+        before = [c for c in l if c[3] and c[1] < a]
+        if before and before[-1][2]:
+            return True
+        since = before[-1][1] if before else float('-inf')
+        for c in l:
+            if c[2] and c[0] <= b and (c[1] >= a or (not c[3] and c[0] > since)):
+                return True
+        return False
+
+    outages = [(e['t0'], e['t1']) for e in by['fault'] + by['fault_error']
+               if e['kind'] in ('term_scheduler', 'sigkill', 'restart')]
+    n_due = 0
+    for s in samples:
+        for jid, q, due in s.get('due', []):
+            n_due += 1
+            if maybe_paused(q, due - 1, s['t1']):
+                continue
+            if any(o0 <= s['t1'] and o1 + 5 >= due for o0, o1 in outages):
+                continue
+            p.append('%s (%s): due at %.3f, not scheduled at %.3f' % (jid, q, due, s['t0']))
+    check('no due job of an uncapped queue left unscheduled', p,
+          '%d jobs seen due for over 5 s, all while paused or around a scheduler outage' % n_due)
 
     # --- 14. drained ----------------------------------------------------------
     p = []

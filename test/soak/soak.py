@@ -33,7 +33,9 @@ when the client sent the call and when it had the answer):
             weight, cap), details
   sample    wq {queue: rows in work_queue}, claimable [[id, q, since]...]:
             work_queue rows claimable (never claimed, released, or lease
-            run out) since `since` (server time) for over a second
+            run out) since `since` (server time) for over a second;
+            due [[id, q, run_after]...]: jobs of the uncapped queues due for
+            over 5 s and not scheduled
   sizes     bytes and live rows of the tables
   phase     name: run | drain | final
   final_job / final_work / final_archive / final_queue: the final state
@@ -527,10 +529,18 @@ class Soak:
                     "  FROM pgqueue.work_queue "
                     " WHERE coalesce(lock_timeout, created) < clock_timestamp() - interval '1 second'"
                     ).fetchall()
+                # jobs of the uncapped queues due for over 5 s and still
+                # not scheduled (the checker leaves out paused queues and
+                # scheduler outages)
+                due = conn.execute(
+                    "SELECT id::text, queue, extract(epoch FROM run_after) FROM pgqueue.queue "
+                    " WHERE state IN ('pending', 'retry') AND queue = ANY(%s) "
+                    "   AND run_after < clock_timestamp() - interval '5 seconds' LIMIT 100",
+                    ([q for q in QUEUES if q not in CAPPED],)).fetchall()
                 conn.commit()
                 t1 = time.time()
                 self.h.write('sample', wq=wq, claimable=[[i, q, float(s)] for i, q, s in cl],
-                             t0=t0, t1=t1)
+                             due=[[i, q, float(s)] for i, q, s in due], t0=t0, t1=t1)
                 if t1 - last_sizes >= self.a.sizes_interval:
                     last_sizes = t1
                     rows = conn.execute(
