@@ -14,6 +14,9 @@ database) and checks, from it alone:
     COMMIT that returned) per job.
  5. no ack from a holder that lost its lease: an accepted ack's holder made
     the job's latest claim (the highest version anyone got).
+5b. no ack, nack or extend is accepted from a holder whose lock_key was
+    released (pgq_release committed) after its claim of the job committed
+    and before the call began.
  6. an ack, nack or extend is refused only to a holder that lost the job:
     a refused call whose holder still made the latest claim and was not
     released, and whose job did not fail, is a defect (a lease that ran out
@@ -66,7 +69,7 @@ database) and checks, from it alone:
     /usr/bin/python3 checker.py history.jsonl [--verbose] [--partial]
 
 --partial checks a run still going (or cut short): only what needs no final
-state (2, 3, 4, 5, 10, 12, 13, 13b, 15).
+state (2, 3, 4, 5, 5b, 10, 12, 13, 13b, 15).
 
 Prints one "ok N - ..." or "not ok N - ..." line per check, the figures,
 and "soak: N passed, N failed"; exits non-zero when a check failed.
@@ -288,6 +291,35 @@ def main():
                 jid, ', '.join(a['holder'] for a in l), cl[-1]['holder'], cl[-1]['version']))
     check('accepted acks come from the latest claimant', p,
           '%d stale acks refused' % len(acks_refused))
+
+    # --- 5b. nothing accepted from a holder released meanwhile ----------------
+    p = []
+    refused_all = acks_refused + \
+        [e for e in by['nack'] if e['status'] == 'ok' and e['result'] is None] + \
+        [e for e in by['extend'] if e['status'] == 'ok' and e['result'] is None]
+    accepted = [dict(a, call='ack') for l in acks_ok.values() for a in l] + \
+        [dict(e, call='nack') for e in by['nack'] if e['status'] == 'ok' and e['result'] is not None] + \
+        [dict(e, call='extend') for e in by['extend'] if e['status'] == 'ok' and e['result'] is not None]
+    n_after_release = 0
+    for a in accepted:
+        cl = [c for c in claims.get(a['id'], []) if c['t1'] < a['t0']]
+        if not cl or cl[-1]['holder'] != a['holder']:
+            continue        # check 5 (acks); nacks and extends need no more
+        c = cl[-1]
+        for r in releases.get(a['holder'], []):
+            if r['ev'] == 'fault' and r['t0'] > c['t1'] and r['t1'] < a['t0']:
+                p.append('%s: %s by %s accepted after pgq_release(%s) at %.3f..%.3f '
+                         '(claimed v%d at %.3f)' % (a['id'], a['call'], a['holder'], a['holder'],
+                                                    r['t0'], r['t1'], c['version'], c['t1']))
+                break
+    for a in refused_all:
+        cl = [c for c in claims.get(a['id'], []) if c['t1'] < a['t0']]
+        if cl and cl[-1]['holder'] == a['holder'] and any(
+                r['ev'] == 'fault' and r['t0'] > cl[-1]['t1'] and r['t1'] < a['t0']
+                for r in releases.get(a['holder'], [])):
+            n_after_release += 1
+    check('no ack, nack or extend accepted from a holder released meanwhile', p,
+          '%d refused after a release' % n_after_release)
 
     # --- 6. refused only to a holder that lost the job ------------------------
     p = []

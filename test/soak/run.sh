@@ -16,6 +16,7 @@
 #   SOAK_SEED      random seed (default: the time); printed
 #   SOAK_ARGS      more arguments for soak.py (--consumers 5 --producers 3
 #                  --fault-interval 6 ...)
+#   SOAK_CONF      more lines for postgresql.conf (pgqueue.batch_size = 5)
 #   PG_CONFIG      the installation to use (default pg_config on PATH)
 #
 # Replay the checker on a history: /usr/bin/python3 test/soak/checker.py FILE
@@ -30,7 +31,7 @@ if [ "$(id -u)" = 0 ]; then
 	chmod 755 "$SOAK_DIR"
 	exec runuser -u postgres -- env SOAK_DIR="$SOAK_DIR" SOAK_SECONDS="${SOAK_SECONDS:-}" \
 		SOAK_PORTS="${SOAK_PORTS:-}" SOAK_SEED="${SOAK_SEED:-}" SOAK_ARGS="${SOAK_ARGS:-}" \
-		PG_CONFIG="${PG_CONFIG:-pg_config}" PATH="$PATH" bash "$HERE/run.sh" "$@"
+		SOAK_CONF="${SOAK_CONF:-}" PG_CONFIG="${PG_CONFIG:-pg_config}" PATH="$PATH" bash "$HERE/run.sh" "$@"
 fi
 
 SECONDS_RUN=${SOAK_SECONDS:-180}
@@ -84,6 +85,8 @@ fsync = off
 autovacuum_naptime = 10s
 log_line_prefix = '%m [%p] %b '
 EOF
+# more settings, one per line (e.g. SOAK_CONF="pgqueue.batch_size = 5")
+[ -n "${SOAK_CONF:-}" ] && printf '%s\n' "$SOAK_CONF" >>"$DATA/postgresql.conf"
 stop_server() { "$BIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1; }
 trap stop_server EXIT
 "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w start >/dev/null ||

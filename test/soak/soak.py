@@ -91,6 +91,7 @@ class Soak:
         self.stop_sampler = threading.Event()
         self.draining = threading.Event()
         self.keys = {}          # consumer number -> current lock_key
+        self.busy = {}          # consumer number -> since when it holds jobs
         self.keys_lock = threading.Lock()
         self.server_lock = threading.Lock()   # held while the injector restarts the server
         self.errors = []        # unexpected exceptions in threads
@@ -322,12 +323,14 @@ class Soak:
                 conn = None
                 continue
             t1 = time.time()
+            self.busy.pop(n, None)
             if not rows:
                 self.h.write('idle', holder=key, queues=queues, t0=t0, t1=t1)
                 if wait == 0:
                     time.sleep(0.05)
                 continue
             jobs = []
+            self.busy[n] = time.time()      # holds jobs: the injector's release prefers it
             for jid, q, tries, version, lt in rows:
                 jid = str(jid)
                 jobs.append(jid)
@@ -471,7 +474,11 @@ class Soak:
                     self.wait_server()
                 elif kind == 'release':
                     with self.keys_lock:
-                        key = rng.choice(list(self.keys.values()))
+                        # mostly a consumer that has held jobs for a while
+                        busy = [self.keys[n] for n, since in list(self.busy.items())
+                                if time.time() - since > 0.5 and n in self.keys]
+                        key = rng.choice(busy if busy and rng.random() < 0.8
+                                         else list(self.keys.values()))
                     r = conn.execute('SELECT pgq_release(%s)', (key,)).fetchone()[0]
                     conn.commit()
                     detail = dict(key=key, released=r)
