@@ -25,6 +25,11 @@ database) and checks, from it alone:
     once (one 'acked' row in pgqueue.archive, nothing left in the queue
     tables, and an accepted ack in the history) or failed (state 'failed',
     tries = the queue's max_tries, last_error set, never acked).
+7b. the work commits with its ack: each consumer writes a row into table
+    soak_done in the transaction of its ack (and rolls it back when the
+    ack is refused, or when an ack_batch did not ack every job): at the
+    end, exactly one row for every acked job, by its accepted acker, and
+    none for any other job.
  8. pushes whose COMMIT's outcome is unknown: either they never existed
     (not in the tables, the archive or any claim) or as in 7; and as the
     producer found them when it looked them up after reconnecting (all of
@@ -405,6 +410,25 @@ def main():
           '%d jobs: %d acked, %d failed' % (n_certain + n_unc_yes, n_acked, n_failed))
     check('pushes with a lost COMMIT: absent, or acked once or failed', p8,
           '%d committed, %d not' % (n_unc_yes, n_unc_no))
+
+    # --- 7b. the work committed with its ack -----------------------------------
+    p = []
+    done = collections.defaultdict(list)
+    for e in by['final_done']:
+        done[e['id']].append(e['holder'])
+    for jid in set(done) | set(archive):
+        d = done.get(jid, [])
+        acked = any(x['outcome'] == 'acked' for x in archive.get(jid, []))
+        if acked and len(d) != 1:
+            p.append('%s: acked, with %d rows of work (%s)' % (jid, len(d), d))
+        elif not acked and d:
+            p.append('%s: not acked, but work done by %s committed' % (jid, d))
+        elif acked:
+            ok = [a['holder'] for a in acks_ok.get(jid, [])]
+            if ok and ok[0] != d[0]:
+                p.append('%s: acked by %s, work committed by %s' % (jid, ok[0], d[0]))
+    check('the work commits with its ack: one row per acked job, none else', p,
+          '%d rows of work' % sum(len(x) for x in done.values()))
 
     # --- 9. nothing unknown ---------------------------------------------------
     p = []

@@ -24,8 +24,11 @@ when the client sent the call and when it had the answer):
             (how many of its ids are in pgqueue.queue or pgqueue.archive)
   claim_uncertain  holder: COMMIT of a claim lost, rows unknown
   idle      holder, queues: a claim that returned no row (t0..t1)
-  ack       id, holder, result (true/false), status ok | uncertain | error
-  ack_batch ids, holder, count, status
+  ack       id, holder, result (true/false), status ok | uncertain | error;
+            the job's work (a row in table soak_done) is written in the
+            ack's transaction, rolled back when the ack is refused
+  ack_batch ids, holder, count, status (rollback: not all acked, so the
+            acks and the work were rolled back)
   nack      id, holder, result (retry/failed/null), status
   extend    id, holder, result (new deadline or null), status
   disconnect holder, ids: a consumer closed its connection holding ids
@@ -38,7 +41,8 @@ when the client sent the call and when it had the answer):
             over 5 s and not scheduled
   sizes     bytes and live rows of the tables
   phase     name: run | drain | final
-  final_job / final_work / final_archive / final_queue: the final state
+  final_job / final_work / final_archive / final_queue / final_done:
+            the final state (final_done: the rows of soak_done)
   server_log  counts of the server log's crash lines
   end
 """
@@ -64,6 +68,8 @@ QUEUES = {
     'soak_fail': dict(weight=1, max_in_flight=0, max_tries=2),
 }
 CAPPED = ['soak_cap3', 'soak_cap5']
+# a job's "work": a row written in the transaction of its ack
+DONE_SQL = 'INSERT INTO soak_done (id, holder) VALUES (%s, %s)'
 LEASES = [1, 2, 3]     # seconds
 
 
@@ -165,6 +171,8 @@ class Soak:
     def setup(self):
         conn = self.connect('soak-setup')
         conn.execute('CREATE EXTENSION IF NOT EXISTS pgqueue')
+        conn.execute('CREATE TABLE IF NOT EXISTS soak_done (id uuid NOT NULL, holder text NOT NULL, '
+                     'at timestamptz NOT NULL DEFAULT clock_timestamp())')
         conn.commit()
         for q, s in QUEUES.items():
             self.configure(conn, q, retention='1 day', paused=False, **s)
@@ -200,12 +208,18 @@ class Soak:
                     else:
                         if kind == 'dedup':
                             dedup = 'k%d' % rng.randint(0, 24)
-                        cur.execute(
-                            'SELECT pgq_push(%s, %s::jsonb, '
-                            'CASE WHEN %s::float8 IS NULL THEN NULL '
-                            'ELSE clock_timestamp() + make_interval(secs => %s) END, %s, %s)',
-                            (q, json.dumps({'p': n, 'n': seq}), delay, delay or 0, prio, dedup))
-                        ids = [str(cur.fetchone()[0])]
+                        # a producer of single pushes sometimes makes several
+                        # in one transaction: all of them commit or none
+                        k = rng.choice([2, 3]) if kind == 'single' and rng.random() < 0.3 else 1
+                        ids = []
+                        for i in range(k):
+                            cur.execute(
+                                'SELECT pgq_push(%s, %s::jsonb, '
+                                'CASE WHEN %s::float8 IS NULL THEN NULL '
+                                'ELSE clock_timestamp() + make_interval(secs => %s) END, %s, %s)',
+                                (q, json.dumps({'p': n, 'n': seq, 'i': i}), delay, delay or 0,
+                                 prio, dedup))
+                            ids.append(str(cur.fetchone()[0]))
             except psycopg.Error as e:
                 # nothing was committed: the COMMIT was never sent
                 self.h.write('push_error', by=n, q=q, t0=t0, t1=time.time(), error=type(e).__name__)
@@ -254,13 +268,20 @@ class Soak:
         queues = {1: CAPPED, 2: ['soak_plain', 'soak_fail']}.get(n)
         conn = None
 
-        def tx(sql, args):
-            """Run one statement and COMMIT: (value, status)."""
+        def tx(sql, args, work=(), need=None):
+            """Run the work's statements and one call, and COMMIT: (value,
+            status).  When need(value) is false, ROLLBACK instead (the work
+            is undone with the call): status 'rollback'."""
             nonlocal conn
             if conn is None or conn.closed:
                 conn = self.connect('soak-consumer-%d' % n, timeout=300)
             try:
+                for wsql, wargs in work:
+                    conn.execute(wsql, wargs)
                 val = conn.execute(sql, args).fetchone()[0]
+                if need is not None and not need(val):
+                    conn.rollback()
+                    return val, 'rollback'
             except psycopg.Error:
                 self.close(conn)
                 conn = None
@@ -278,8 +299,13 @@ class Soak:
                 return None, 'error'
 
         def ack(jid):
+            # the job's work (a row in soak_done) commits with its ack, or
+            # is rolled back when the ack is refused
             t0 = time.time()
-            r, st = tx('SELECT pgq_ack(%s, %s)', (jid, key))
+            r, st = tx('SELECT pgq_ack(%s, %s)', (jid, key),
+                       work=[(DONE_SQL, (jid, key))], need=lambda r: r is True)
+            if st == 'rollback':
+                st = 'ok'       # a refused ack: nothing to commit
             self.h.write('ack', id=jid, holder=key, result=r, status=st, t0=t0, t1=time.time())
 
         def nack(jid):
@@ -343,7 +369,11 @@ class Soak:
                 else:
                     time.sleep(rng.uniform(0, 0.05))
                 t0 = time.time()
-                c, st = tx('SELECT pgq_ack_batch(%s::uuid[], %s)', (jobs, key))
+                # all or nothing: rolled back (acks and work) unless every
+                # job was acked
+                c, st = tx('SELECT pgq_ack_batch(%s::uuid[], %s)', (jobs, key),
+                           work=[(DONE_SQL, (j, key)) for j in jobs],
+                           need=lambda c: c == len(jobs))
                 self.h.write('ack_batch', ids=jobs, holder=key, count=c, status=st,
                              t0=t0, t1=time.time())
                 continue
@@ -585,6 +615,8 @@ class Soak:
         for r in conn.execute(
                 "SELECT id::text, queue, outcome, tries FROM pgqueue.archive ORDER BY id").fetchall():
             self.h.write('final_archive', id=r[0], q=r[1], outcome=r[2], tries=r[3])
+        for r in conn.execute("SELECT id::text, holder FROM soak_done ORDER BY id").fetchall():
+            self.h.write('final_done', id=r[0], holder=r[1])
         for r in conn.execute(
                 "SELECT queue, weight, max_in_flight, max_tries, paused FROM pgqueue.queues").fetchall():
             self.h.write('final_queue', q=r[0], weight=r[1], max_in_flight=r[2],
