@@ -514,18 +514,24 @@ def main():
     samples = sorted(by['sample'], key=lambda e: e['t0'])
     peak = collections.Counter()
     capped = [q for q in queues_start if queues_start[q].get('max_in_flight')]
+    at_cap = 0
     for q in capped:
         prev_n, prev_t = 0, (t_run or 0)
         for s in samples:
             n = s['wq'].get(q, 0)
-            peak[q] = max(peak[q], n)
             c = maxcap(q, prev_t - 1.0, s['t1'])
+            if c != float('inf'):
+                if n > prev_n:
+                    peak[q] = max(peak[q], n)
+                if n >= c:
+                    at_cap += 1
             if n > max(prev_n, c):
                 p.append('%s: %d rows in work_queue at %.3f, was %d at %.3f, cap at most %s' % (
                     q, n, s['t0'], prev_n, prev_t, c))
             prev_n, prev_t = n, s['t0']
     check('max_in_flight never exceeded by a pass', p,
-          '%d samples; peaks %s' % (len(samples), dict(peak)))
+          '%d samples; %d with a capped queue at its cap; largest count grown to while capped %s' % (
+              len(samples), at_cap, dict(peak)))
 
     # --- 13. not stuck --------------------------------------------------------
     p = []
@@ -560,7 +566,8 @@ def main():
                                                           e['t0'], e['t1']))
                 break
     check('no job stuck in work_queue while consumers were idle', p,
-          '%d samples, %d empty claims' % (len(samples), len(idle)))
+          '%d samples, %d empty claims, %d rows seen claimable for over 1 s' % (
+              len(samples), len(idle), sum(len(s['claimable']) for s in samples)))
 
     # --- 13b. no due job left unscheduled ------------------------------------
     p = []
@@ -694,6 +701,8 @@ def main():
         faults=dict(faults), fault_errors=dict(fault_errors),
         samples=len(samples), size_samples=len(by['sizes']),
         archive_rows=sum(len(l) for l in archive.values()),
+        manual_passes=sum(e['passes'] for e in by['manual_passes']),
+        manual_moved=sum(e['moved'] for e in by['manual_passes']),
     )
     print('soak figures: %s' % json.dumps(figures, sort_keys=True))
     print('soak: %d passed, %d failed' % (passed, failed))

@@ -44,6 +44,7 @@ when the client sent the call and when it had the answer):
   final_job / final_work / final_archive / final_queue / final_done:
             the final state (final_done: the rows of soak_done)
   server_log  counts of the server log's crash lines
+  manual_passes  n, passes, moved: a session's pgq_schedule() calls
   end
 """
 import argparse
@@ -410,6 +411,30 @@ class Soak:
                     break
         self.close(conn)
 
+    # --- a user's scheduling passes -----------------------------------------
+    def manual_scheduler(self, n):
+        """pgq_schedule() called by a user while the background scheduler
+        runs: passes at once must not exceed a cap together."""
+        rng = random.Random(self.a.seed * 31 + n)
+        conn = None
+        passes = moved = 0
+        while not self.stop_producers.is_set():
+            if conn is None or conn.closed:
+                try:
+                    conn = self.connect('soak-schedule-%d' % n, self.stop_producers)
+                except psycopg.Error:
+                    continue
+            try:
+                moved += conn.execute('SELECT pgq_schedule(%s)', (rng.randint(1, 5),)).fetchone()[0]
+                conn.commit()
+                passes += 1
+            except psycopg.Error:
+                self.close(conn)
+                conn = None
+            time.sleep(rng.uniform(0, 0.2))
+        self.close(conn)
+        self.h.write('manual_passes', n=n, passes=passes, moved=moved)
+
     # --- fault injector ----------------------------------------------------
     def pg_ctl(self, *args):
         return subprocess.run([os.path.join(self.a.pgbin, 'pg_ctl'), '-D', self.a.datadir,
@@ -646,6 +671,7 @@ class Soak:
         a = self.a
         self.h.write('start', seconds=a.seconds, seed=a.seed, queues=QUEUES,
                      producers=a.producers, consumers=a.consumers,
+                     manual_schedulers=a.manual_schedulers,
                      fault_interval=a.fault_interval, naptime=a.naptime,
                      lease_choices=LEASES, pid=os.getpid())
         self.setup()
@@ -659,6 +685,9 @@ class Soak:
         for n in range(a.consumers):
             threads.append(('c', threading.Thread(target=self.guard, daemon=True,
                                                   args=('consumer%d' % n, self.consumer, n))))
+        for n in range(a.manual_schedulers):
+            threads.append(('p', threading.Thread(target=self.guard, daemon=True,
+                                                  args=('schedule%d' % n, self.manual_scheduler, n))))
         threads.append(('f', threading.Thread(target=self.guard, daemon=True,
                                               args=('injector', self.injector))))
         threads.append(('s', threading.Thread(target=self.guard, daemon=True,
@@ -718,6 +747,8 @@ def main():
     p.add_argument('--producers', type=int, default=3)
     p.add_argument('--consumers', type=int, default=5)
     p.add_argument('--push-pause', type=float, default=0.3)
+    p.add_argument('--manual-schedulers', type=int, default=1,
+                   help='sessions calling pgq_schedule() besides the background scheduler')
     p.add_argument('--fault-interval', type=float, default=6.0)
     p.add_argument('--sample-interval', type=float, default=0.5)
     p.add_argument('--sizes-interval', type=float, default=10)
