@@ -67,7 +67,9 @@ database) and checks, from it alone:
     8 MB + 8 kB per live row, the archive under 4 MB + 2 kB per row.
 16. server log: no PANIC, no assertion, no process ended by a signal other
     than the SIGKILLs injected (at most one "terminated by signal 9" per
-    SIGKILL fault).
+    SIGKILL fault), no ERROR or WARNING, no FATAL but those the faults
+    cause (connections refused while the server restarts, the scheduler
+    terminated).
 17. coverage: every kind of fault was injected, jobs were acked, failed,
     stolen and stale acks refused.
 

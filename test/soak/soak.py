@@ -652,14 +652,21 @@ class Soak:
         counts = {}
         lines = []
         pat = re.compile(r'terminated by signal (\d+)|PANIC|TRAP:|was terminated by exception'
-                         r'|server process .* exited with exit code')
+                         r'|server process .* exited with exit code|(ERROR|WARNING|FATAL):')
+        # FATALs that the faults cause: connections refused while the
+        # server restarts, the scheduler terminated
+        expected = re.compile(r'FATAL:  (the database system is (not yet accepting connections|'
+                              r'in recovery mode|shutting down|starting up)|terminating background '
+                              r'worker "pgqueue scheduler" due to administrator command|'
+                              r'terminating connection due to administrator command)')
         try:
             with open(self.a.logfile, errors='replace') as f:
                 for line in f:
                     m = pat.search(line)
-                    if not m:
+                    if not m or expected.search(line):
                         continue
-                    k = 'signal %s' % m.group(1) if m.group(1) else m.group(0).split()[0]
+                    k = ('signal %s' % m.group(1) if m.group(1) else
+                         m.group(2) if m.group(2) else m.group(0).split()[0])
                     counts[k] = counts.get(k, 0) + 1
                     if len(lines) < 50 and not (m.group(1) == '9'):
                         lines.append(line.strip()[:300])
