@@ -137,7 +137,8 @@ for kind in $KINDS; do
 		log "soak with faults (${SOAK_SECONDS:-180} s)"
 		runuser -u postgres -- env TMPDIR="$WORK/tmp" PATH="$PATH" PG_CONFIG="$PG_CONFIG" \
 			SOAK_DIR="$WORK/soak" SOAK_SECONDS="${SOAK_SECONDS:-180}" SOAK_PORTS="${SOAK_PORTS:-}" \
-			SOAK_SEED="${SOAK_SEED:-}" SOAK_ARGS="${SOAK_ARGS:-}" \
+			SOAK_SEED="${SOAK_SEED:-}" SOAK_ARGS="${SOAK_ARGS:-}" SOAK_CONF="${SOAK_CONF:-}" \
+			SOAK_SELFTEST="${SOAK_SELFTEST:-}" \
 			bash "$WORK/tree/test/soak/run.sh" >"$out" 2>&1
 		rc=$?
 		# run.sh prints "soak: N passed, N failed" (twice when soak.py failed)

@@ -17,6 +17,8 @@
 #   SOAK_ARGS      more arguments for soak.py (--consumers 5 --producers 3
 #                  --fault-interval 6 ...)
 #   SOAK_CONF      more lines for postgresql.conf (pgqueue.batch_size = 5)
+#   SOAK_SELFTEST  0: do not run selftest.py (the checker against violations
+#                  made in copies of the history) after a run that passed
 #   PG_CONFIG      the installation to use (default pg_config on PATH)
 #
 # Replay the checker on a history: /usr/bin/python3 test/soak/checker.py FILE
@@ -31,7 +33,7 @@ if [ "$(id -u)" = 0 ]; then
 	chmod 755 "$SOAK_DIR"
 	exec runuser -u postgres -- env SOAK_DIR="$SOAK_DIR" SOAK_SECONDS="${SOAK_SECONDS:-}" \
 		SOAK_PORTS="${SOAK_PORTS:-}" SOAK_SEED="${SOAK_SEED:-}" SOAK_ARGS="${SOAK_ARGS:-}" \
-		SOAK_CONF="${SOAK_CONF:-}" PG_CONFIG="${PG_CONFIG:-pg_config}" PATH="$PATH" bash "$HERE/run.sh" "$@"
+		SOAK_CONF="${SOAK_CONF:-}" SOAK_SELFTEST="${SOAK_SELFTEST:-}" PG_CONFIG="${PG_CONFIG:-pg_config}" PATH="$PATH" bash "$HERE/run.sh" "$@"
 fi
 
 SECONDS_RUN=${SOAK_SECONDS:-180}
@@ -104,6 +106,11 @@ trap - EXIT
 [ "$rc" = 0 ] || echo "soak: soak.py exited with $rc"
 $PY "$HERE/checker.py" "$HIST"
 crc=$?
+# and does the checker catch violations?  made one by one in copies of a
+# history that passed (selftest.py); counted with the checks
+if [ "$crc" = 0 ] && [ "${SOAK_SELFTEST:-1}" = 1 ]; then
+	$PY "$HERE/selftest.py" "$HIST" || crc=1
+fi
 echo "soak: history $HIST (replay: $PY $HERE/checker.py $HIST)"
 if [ "$rc" != 0 ]; then
 	echo "soak: 0 passed, 1 failed"
