@@ -141,7 +141,8 @@ for kind in $KINDS; do
 			SOAK_SELFTEST="${SOAK_SELFTEST:-}" \
 			bash "$WORK/tree/test/soak/run.sh" >"$out" 2>&1
 		rc=$?
-		# run.sh prints "soak: N passed, N failed" (twice when soak.py failed)
+		# run.sh prints "soak: N passed, N failed" for the checker, for
+		# selftest.py, and once more when soak.py failed: summed
 		read -r ok bad < <(sed -nE 's/^soak: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/p' "$out" |
 			awk '{ p += $1; f += $2 } END { print p + 0, f + 0 }')
 		if [ "$rc" != 0 ] && [ -f "$WORK/soak/history.jsonl" ]; then
