@@ -694,7 +694,7 @@ def main():
         duration=round(end['duration'], 1) if end else None,
         drain_seconds=round(drain_s, 1) if drain_s is not None else None,
         push_calls=len(by['push']), push_uncertain=sum(1 for e in by['push'] if e['status'] == 'uncertain'),
-        push_uncertain_committed=n_unc_yes, push_uncertain_absent=n_unc_no,
+        uncertain_push_jobs_committed=n_unc_yes, uncertain_push_jobs_absent=n_unc_no,
         jobs=n_certain + n_unc_yes, acked=n_acked, failed=n_failed,
         claims=sum(len(l) for l in claims.values()), steals=steals,
         nacks=len(by['nack']), stale_acks_refused=len(acks_refused),
