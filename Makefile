@@ -9,6 +9,7 @@ OBJS = \
 	src/jobs.o \
 	src/schedule.o \
 	src/worker.o \
+	src/launcher.o \
 	src/shmem.o \
 	src/publish.o \
 	src/bounds.o \

@@ -15,13 +15,13 @@
 # otherwise dominates it).  Then the CPU that pgq_ack itself takes, A and B
 # alternating: one statement acks CPU_JOBS claimed jobs (default 20000).
 # Needs the extension installed for PG_CONFIG
-# (make install); uses port 5810 and a directory under /tmp, both removed
+# (make install); uses port 5520 (PORT) and a directory under /tmp, both removed
 # at the end.
 set -euo pipefail
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 BIN=$("$PG_CONFIG" --bindir)
-PORT=${PORT:-5810}
+PORT=${PORT:-5520}
 ROUNDS=${ROUNDS:-3}
 SECS=${SECONDS_PER_ROUND:-15}
 CLIENTS=${CLIENTS:-4}

@@ -26,7 +26,8 @@ JOBS=${PGQ_DEMO_JOBS:-3000}
 export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '\n==> %s\n' "$*"; }
-as_pg() { runuser -u postgres -- "$@"; }
+# from / : the checkout may be under a directory postgres cannot enter (/root)
+as_pg() { (cd / && runuser -u postgres -- "$@"); }
 psql_demo() { as_pg "$BIN/psql" -h "$SOCK" -p "$PORT" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 if [ "${1:-}" = stop ]; then

@@ -156,7 +156,8 @@ for kind in $KINDS; do
 		log "clients (Python, Node, PgBouncer, Prometheus exporter, examples)"
 		bash "$WORK/tree/test/clients/run.sh" >"$out" 2>&1
 		rc=$?
-		read -r ok bad < <(tail -n 1 "$out" | sed -nE 's/^([0-9]+) passed, ([0-9]+) failed$/\1 \2/p')
+		# the last such line (a kept directory is reported after it)
+		read -r ok bad < <(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed$/\1 \2/p' "$out" | tail -n 1)
 		ok=${ok:-0} bad=${bad:-0}
 		;;
 	dashboard)

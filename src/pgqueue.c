@@ -2,12 +2,12 @@
  *
  * pgqueue.c
  *		Entry point of the pgqueue extension: GUCs, shared memory hooks and
- *		the registration of the scheduler background workers.
+ *		the registration of the launcher background worker.
  *
  * The SQL functions work whether or not the library is preloaded.  With
  * shared_preload_libraries = 'pgqueue' we also get shared memory (counters,
- * wake-on-commit, blocking claims) and one scheduler per database named in
- * pgqueue.database.
+ * wake-on-commit, blocking claims) and the launcher, which starts one
+ * scheduler per database named in pgqueue.database (launcher.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -29,7 +29,7 @@ int			pgqueue_batch_size = 100;
 bool		pgqueue_enabled = true;
 int			pgqueue_max_payload_kb = 16 * 1024;
 
-static void pgq_register_schedulers(void);
+static void pgq_register_launcher(void);
 
 /*
  * Module load.  Defines the GUCs every backend needs; the postmaster-only
@@ -87,16 +87,21 @@ _PG_init(void)
 								   NULL, NULL, NULL);
 	}
 
-	MarkGUCPrefixReserved("pgqueue");
-
 	/* Every backend publishes wake-ups and counters at commit. */
 	pgq_xact_callbacks_register();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
+	/*
+	 * Only when preloading, as pg_stat_statements does: a library loaded
+	 * later by a backend would otherwise remove (with a WARNING) a
+	 * pgqueue.database left in postgresql.conf, which it does not define.
+	 */
+	MarkGUCPrefixReserved("pgqueue");
+
 	pgq_shmem_install_hooks();
-	pgq_register_schedulers();
+	pgq_register_launcher();
 }
 
 /*
@@ -132,43 +137,33 @@ pgq_database_list(void)
 }
 
 /*
- * Register one scheduler per database named in pgqueue.database.  The
- * worker receives its index in the list as its argument and looks its
- * database name up again (bgw_extra is too small for a long list).
+ * Register the launcher, the one static background worker: it starts the
+ * schedulers as dynamic workers once their databases exist (launcher.c).
+ * Registered to start when recovery has finished: nothing of pgqueue runs
+ * on a hot standby, and all of it starts after promotion.  Restarted a
+ * second after a crash or an error exit.
  */
 static void
-pgq_register_schedulers(void)
+pgq_register_launcher(void)
 {
+	BackgroundWorker worker;
 	List	   *names = pgq_database_list();
-	ListCell   *lc;
-	int			i = 0;
 
-	foreach(lc, names)
-	{
-		BackgroundWorker worker;
-		char	   *dbname = (char *) lfirst(lc);
+	if (list_length(names) > PGQ_MAX_DATABASES)
+		ereport(WARNING,
+				(errmsg("pgqueue supports at most %d databases, ignoring \"%s\" and the rest",
+						PGQ_MAX_DATABASES, (char *) list_nth(names, PGQ_MAX_DATABASES))));
 
-		if (i >= PGQ_MAX_DATABASES)
-		{
-			ereport(WARNING,
-					(errmsg("pgqueue supports at most %d databases, ignoring \"%s\" and the rest",
-							PGQ_MAX_DATABASES, dbname)));
-			break;
-		}
-
-		memset(&worker, 0, sizeof(worker));
-		worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
-			BGWORKER_BACKEND_DATABASE_CONNECTION;
-		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		worker.bgw_restart_time = 1;
-		snprintf(worker.bgw_library_name, BGW_MAXLEN, "pgqueue");
-		snprintf(worker.bgw_function_name, BGW_MAXLEN, "pgq_scheduler_main");
-		snprintf(worker.bgw_name, BGW_MAXLEN, "pgqueue scheduler for %s", dbname);
-		snprintf(worker.bgw_type, BGW_MAXLEN, "pgqueue scheduler");
-		worker.bgw_main_arg = Int32GetDatum(i);
-		worker.bgw_notify_pid = 0;
-
-		RegisterBackgroundWorker(&worker);
-		i++;
-	}
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pgqueue");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "pgq_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "pgqueue launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "pgqueue launcher");
+	worker.bgw_main_arg = (Datum) 0;
+	worker.bgw_notify_pid = 0;
+	RegisterBackgroundWorker(&worker);
 }

@@ -6,7 +6,8 @@
  * src/pgqueue.c	entry point (_PG_init) and GUCs
  * src/api.c		the SQL-callable job API (push, claim, ack, ...)
  * src/schedule.c	the scheduling pass
- * src/worker.c		the background worker (scheduler loop)
+ * src/launcher.c	the launcher: starts a scheduler per database
+ * src/worker.c		the scheduler background worker (scheduler loop)
  * src/shmem.c		shared memory: counters, scheduler latches, the
  *					condition variable blocking claims sleep on, and the
  *					transaction callback that publishes both at commit
@@ -147,10 +148,14 @@ typedef enum PgqLayout
 /* pgqueue.c */
 extern List *pgq_database_list(void);
 
+/* launcher.c */
+PGDLLEXPORT void pgq_launcher_main(Datum main_arg);
+
 /* shmem.c */
 extern void pgq_shmem_install_hooks(void);
 extern void pgq_scheduler_attach(int dbindex);
-extern bool pgq_db_known(int dbindex, int set);
+extern bool pgq_scheduler_register(int dbindex);
+extern pid_t pgq_scheduler_running(int dbindex);
 
 /* publish.c */
 extern void pgq_xact_callbacks_register(void);
@@ -178,6 +183,7 @@ extern void pgq_bounds_at_xact_end(bool commit);
 
 /* schedule.c; caller must be connected to SPI inside a transaction */
 extern int	pgq_schedule_pass(int max_items);
+extern TimestampTz pgq_schedule_next_due(void);
 extern void pgq_schedule_at_xact_end(bool commit);
 
 /* claim.c */

@@ -141,6 +141,8 @@ static bool view_valid = false;
 static bool pass_in_xact = false;
 static uint64 pass_count = 0;
 static TimestampTz next_refresh = 0;
+static TimestampTz soonest_due = DT_NOEND;	/* after the last pass: the
+											 * earliest next_due > its now */
 
 /* The relations of one pass. */
 typedef struct PassRels
@@ -828,11 +830,15 @@ pgq_schedule_pass(int max_items)
 	}
 
 	/* queues whose jobs are due by now */
+	soonest_due = DT_NOEND;
 	while (!pairingheap_is_empty(later_heap))
 	{
 		q = pairingheap_container(QueueState, node, pairingheap_first(later_heap));
 		if (q->next_due > now)
+		{
+			soonest_due = q->next_due;
 			break;
+		}
 		pgq_unplace(q);
 		pgq_make_ready(q);
 	}
@@ -861,6 +867,8 @@ pgq_schedule_pass(int max_items)
 				{
 					q->where = Q_LATER;
 					pairingheap_add(later_heap, &q->node);
+					if (q->next_due > now)
+						soonest_due = Min(soonest_due, q->next_due);
 				}
 				continue;
 			}
@@ -903,6 +911,20 @@ pgq_schedule_pass(int max_items)
 		pgq_claimable_at_commit(moved);
 	}
 	return moved;
+}
+
+/*
+ * When the earliest job that the last pass of this process saw not yet due
+ * becomes due (its run_after), or DT_NOEND: none seen, or the view is not
+ * to be trusted (the pass rolled back).  Jobs that were held by another
+ * transaction, and jobs the pass did not look at, are not counted: the
+ * scheduler's naptime covers them, as it covers jobs made ready behind the
+ * API's back.
+ */
+TimestampTz
+pgq_schedule_next_due(void)
+{
+	return view_valid ? soonest_due : DT_NOEND;
 }
 
 /*

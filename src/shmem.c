@@ -30,6 +30,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static void pgq_shmem_request(void);
 static void pgq_shmem_startup(void);
 static void pgq_scheduler_detach(int code, Datum arg);
+static void pgq_scheduler_unregister(int code, Datum arg);
 
 /* Install the shared memory hooks; called from _PG_init when preloading. */
 void
@@ -69,7 +70,7 @@ pgq_shmem_startup(void)
 		for (i = 0; i < PGQ_NUM_COUNTERS; i++)
 			pg_atomic_init_u64(&pgq_shared->counters[i], 0);
 		for (i = 0; i < PGQ_MAX_DATABASES; i++)
-			pgq_shared->db_known[i] = false;
+			pgq_shared->scheduler_pid[i] = 0;
 		for (i = 0; i < PGQ_DB_SLOTS; i++)
 		{
 			pgq_shared->slots[i].dboid = InvalidOid;
@@ -148,22 +149,51 @@ pgq_scheduler_detach(int code, Datum arg)
 }
 
 /*
- * Whether the scheduler of the database with index dbindex in
- * pgqueue.database has seen its database exist (see worker.c); set or
- * read it.
+ * Register the calling process as the scheduler of the database with index
+ * dbindex in pgqueue.database.  False when another live scheduler of that
+ * database is registered (the caller must exit); the registration ends when
+ * the process exits.  The launcher reads it (pgq_scheduler_running) to know
+ * which databases have a scheduler, also those started by a launcher before
+ * it.
  */
 bool
-pgq_db_known(int dbindex, int set)
+pgq_scheduler_register(int dbindex)
 {
-	bool		result;
+	bool		ok;
 
 	if (pgq_shared == NULL || dbindex < 0 || dbindex >= PGQ_MAX_DATABASES)
 		return false;
 	SpinLockAcquire(&pgq_shared->mutex);
-	if (set >= 0)
-		pgq_shared->db_known[dbindex] = (set > 0);
-	result = pgq_shared->db_known[dbindex];
+	ok = (pgq_shared->scheduler_pid[dbindex] == 0);
+	if (ok)
+		pgq_shared->scheduler_pid[dbindex] = MyProcPid;
 	SpinLockRelease(&pgq_shared->mutex);
-	return result;
+	if (ok)
+		on_shmem_exit(pgq_scheduler_unregister, Int32GetDatum(dbindex));
+	return ok;
 }
 
+static void
+pgq_scheduler_unregister(int code, Datum arg)
+{
+	int			dbindex = DatumGetInt32(arg);
+
+	SpinLockAcquire(&pgq_shared->mutex);
+	if (pgq_shared->scheduler_pid[dbindex] == MyProcPid)
+		pgq_shared->scheduler_pid[dbindex] = 0;
+	SpinLockRelease(&pgq_shared->mutex);
+}
+
+/* The pid of the scheduler of the database with index dbindex, or 0. */
+pid_t
+pgq_scheduler_running(int dbindex)
+{
+	pid_t		pid;
+
+	if (pgq_shared == NULL || dbindex < 0 || dbindex >= PGQ_MAX_DATABASES)
+		return 0;
+	SpinLockAcquire(&pgq_shared->mutex);
+	pid = pgq_shared->scheduler_pid[dbindex];
+	SpinLockRelease(&pgq_shared->mutex);
+	return pid;
+}

@@ -68,10 +68,12 @@ typedef struct PgqDbSlot
 
 typedef struct PgqShared
 {
-	slock_t		mutex;			/* protects slots[].dboid and db_known[] */
+	slock_t		mutex;			/* protects slots[].dboid and scheduler_pid[] */
 	TimestampTz stats_reset;
 	pg_atomic_uint64 counters[PGQ_NUM_COUNTERS];
-	bool		db_known[PGQ_MAX_DATABASES];	/* see worker.c */
+	pid_t		scheduler_pid[PGQ_MAX_DATABASES];	/* by index in pgqueue.database:
+													 * the running scheduler, or 0
+													 * (launcher.c) */
 	PgqDbSlot	slots[PGQ_DB_SLOTS];
 } PgqShared;
 

@@ -2,34 +2,28 @@
  *
  * worker.c
  *		The scheduler background worker: one per database named in
- *		pgqueue.database, running scheduling passes.
+ *		pgqueue.database, started by the launcher (launcher.c), running
+ *		scheduling passes.
  *
  * Each pass is its own transaction.  After a full pass the next runs at
- * once; otherwise the worker sleeps pgqueue.naptime, or less when a commit
- * that pushed jobs sets its latch (see shmem.c).  It does nothing while the
- * extension is not installed in its database or pgqueue.enabled is off.  It
- * is registered with BgWorkerStart_RecoveryFinished, so on a hot standby it
- * does not run at all and the postmaster starts it after promotion.
+ * once; otherwise the worker sleeps pgqueue.naptime, or until the earliest
+ * job of the pass's view that was not yet due becomes due, whichever comes
+ * first; a commit that pushed jobs sets its latch earlier (see publish.c).
+ * It does nothing while the extension is not installed in its database or
+ * pgqueue.enabled is off.  The launcher starts it only when recovery has
+ * finished and its database exists, so it connects straight to it (by OID).
  *
- * A database named in pgqueue.database that does not exist must not make
- * the worker fail at connection time once a second forever.  So a worker
- * first connects to no database and looks its database up in the shared
- * catalog; when it is missing it says so once and checks again every
- * second.  Once found, it records that in shared memory and exits to be
- * restarted straight into the database (a backend can connect only once).
- * The record is cleared before every connection attempt, so a database
- * dropped later sends the next start back to the checking path.
+ * SIGTERM ends the loop between passes and the worker exits with code 0,
+ * which the postmaster logs at DEBUG1 only; the launcher, told by the
+ * postmaster, starts it again unless the server is shutting down.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/heapam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_database.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -38,17 +32,17 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "pgqueue.h"
-
-/* How often a worker whose database is missing looks again. */
-#define PGQ_DB_RECHECK_MS 1000
 
 /*
  * A wake-up within PGQ_GATHER_WINDOW_MS of the end of a pass that moved
@@ -62,37 +56,46 @@
 
 PGDLLEXPORT void pgq_scheduler_main(Datum main_arg);
 
-static void pgq_wait_for_database(int dbindex, const char *dbname);
-static int	pgq_database_exists(const char *dbname);
+/*
+ * Whether the extension is installed, kept between passes as pg_cron keeps
+ * its job cache: ext_cache_valid is cleared by a relcache invalidation of
+ * pgqueue.queue (DROP EXTENSION drops it) or of every relation (a reset of
+ * the caches).  Only a known extension is cached: while there is none, each
+ * pass looks for it again (one index probe of pg_extension).
+ */
+static bool ext_cache_valid = false;
+static Oid	ext_cache_oid = InvalidOid;
+static Oid	ext_cache_relid = InvalidOid;	/* pgqueue.queue */
+static uint64 ext_cache_gen = 0;	/* bumped by every invalidation of it */
+
 static int	pgq_run_pass(void);
+static Oid	pgq_extension_pinned(void);
+static void pgq_extension_cache_callback(Datum arg, Oid relid);
+static long pgq_next_wait_ms(int moved);
 
 /*
  * Entry point of a scheduler.  main_arg is the index of its database in
- * pgqueue.database.
+ * pgqueue.database, bgw_extra holds its OID (launcher.c).
  */
 void
 pgq_scheduler_main(Datum main_arg)
 {
 	int			dbindex = DatumGetInt32(main_arg);
-	List	   *names = pgq_database_list();
-	char	   *dbname;
+	char	   *dbname = list_nth(pgq_database_list(), dbindex);
+	Oid			dboid;
 	bool		extension_seen = false;
 
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 
-	if (dbindex < 0 || dbindex >= list_length(names))
-		proc_exit(0);			/* pgqueue.database changed under us */
-	dbname = list_nth(names, dbindex);
+	/* another scheduler of this database runs (started by an earlier launcher) */
+	if (!pgq_scheduler_register(dbindex))
+		proc_exit(0);
 
-	if (!pgq_db_known(dbindex, -1))
-		pgq_wait_for_database(dbindex, dbname);		/* does not return */
-
-	/* forget the database until the connection succeeds */
-	pgq_db_known(dbindex, 0);
-	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
-	pgq_db_known(dbindex, 1);
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
 	/* the same fixed search_path and planner settings as the SQL functions */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
@@ -108,11 +111,12 @@ pgq_scheduler_main(Datum main_arg)
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	pgq_scheduler_attach(dbindex);
+	CacheRegisterRelcacheCallback(pgq_extension_cache_callback, (Datum) 0);
 
 	ereport(LOG,
 			(errmsg("pgqueue scheduler started for database \"%s\"", dbname)));
 
-	for (;;)
+	while (!ShutdownRequestPending)
 	{
 		int			moved = -1;
 		int			batch_size;
@@ -155,13 +159,13 @@ pgq_scheduler_main(Datum main_arg)
 		}
 
 		/* a full pass: there is probably more, go again at once */
-		if (moved >= batch_size)
+		if (moved >= batch_size || ShutdownRequestPending)
 			continue;
 
 		last_pass_end = GetCurrentTimestamp();
 		rc = WaitLatch(MyLatch,
 					   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					   pgqueue_naptime,
+					   pgq_next_wait_ms(moved),
 					   PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 
@@ -173,7 +177,7 @@ pgq_scheduler_main(Datum main_arg)
 		 * low rate, when latency is what counts, a pass finds one job and
 		 * the next runs at once.
 		 */
-		if ((rc & WL_LATCH_SET) && moved > 1 &&
+		if ((rc & WL_LATCH_SET) && moved > 1 && !ShutdownRequestPending &&
 			!TimestampDifferenceExceeds(last_pass_end, GetCurrentTimestamp(),
 										PGQ_GATHER_WINDOW_MS))
 		{
@@ -182,6 +186,29 @@ pgq_scheduler_main(Datum main_arg)
 			ResetLatch(MyLatch);
 		}
 	}
+
+	proc_exit(0);
+}
+
+/*
+ * How long to sleep after a pass that moved moved jobs (-1: it failed, -2:
+ * no extension): pgqueue.naptime, or less when the pass saw a job that
+ * becomes due sooner (its run_after), as autoprewarm sleeps until its next
+ * dump is due.  Rounded up to the millisecond, so that the pass that wakes
+ * finds the job due.
+ */
+static long
+pgq_next_wait_ms(int moved)
+{
+	long		wait = pgqueue_naptime;
+	TimestampTz due;
+
+	if (moved < 0)
+		return wait;
+	due = pgq_schedule_next_due();
+	if (due != DT_NOEND)
+		wait = Min(wait, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due));
+	return wait;
 }
 
 /*
@@ -197,7 +224,7 @@ pgq_run_pass(void)
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 
-	if (OidIsValid(get_extension_oid("pgqueue", true)))
+	if (OidIsValid(pgq_extension_pinned()))
 	{
 		pgstat_report_activity(STATE_RUNNING, "pgqueue scheduling pass");
 		pgq_archive_maintain();	/* archive partitions, once a minute (archive.c) */
@@ -215,85 +242,52 @@ pgq_run_pass(void)
 }
 
 /*
- * Whether database dbname exists: 1, or 0 when it does not, or -1 when it
- * exists but does not allow connections (datallowconn; connecting would fail
- * at every restart).  Reads pg_database with a plain heap scan, as the
- * autovacuum launcher does: without a database we cannot use the catalog
- * caches.
+ * The OID of extension pgqueue in this database, or InvalidOid when it is
+ * not installed; when it is, locked (ACCESS SHARE, until the end of the
+ * transaction) so that a DROP EXTENSION waits for the pass instead of
+ * pulling the tables from under it.  The caller is inside a transaction.
+ * Taking the lock reads the pending invalidations, so a DROP committed
+ * before it clears the cache and the extension is looked up again.
  */
-static int
-pgq_database_exists(const char *dbname)
+static Oid
+pgq_extension_pinned(void)
 {
-	Relation	rel;
-	TableScanDesc scan;
-	HeapTuple	tup;
-	bool		found = false;
-	int			result = 0;
-
-	StartTransactionCommand();
-	(void) GetTransactionSnapshot();
-	rel = table_open(DatabaseRelationId, AccessShareLock);
-	scan = table_beginscan_catalog(rel, 0, NULL);
-	while (!found && HeapTupleIsValid(tup = heap_getnext(scan, ForwardScanDirection)))
-	{
-		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
-
-		found = (strcmp(NameStr(db->datname), dbname) == 0);
-		if (found)
-			result = db->datallowconn ? 1 : -1;
-	}
-	table_endscan(scan);
-	table_close(rel, AccessShareLock);
-	CommitTransactionCommand();
-	return result;
-}
-
-/*
- * Wait, connected to no database, until database dbname exists; then
- * record that and exit so that the postmaster restarts this worker, which
- * then connects to it.  Logs once that the database is missing.
- */
-static void
-pgq_wait_for_database(int dbindex, const char *dbname)
-{
-	int			logged = 1;		/* what was last logged: 0 or -1 */
-
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-
 	for (;;)
 	{
-		int			state;
+		Oid			extoid;
+		uint64		gen;
 
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
+		if (!ext_cache_valid)
 		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
+			Oid			nsp;
+
+			/* set first: an invalidation read by the lookups clears it */
+			ext_cache_valid = true;
+			ext_cache_oid = get_extension_oid("pgqueue", true);
+			nsp = get_namespace_oid("pgqueue", true);
+			ext_cache_relid = OidIsValid(nsp) ? get_relname_relid("queue", nsp) : InvalidOid;
+			if (!OidIsValid(ext_cache_oid) || !OidIsValid(ext_cache_relid))
+				ext_cache_valid = false;	/* no invalidation tells of a CREATE */
 		}
+		extoid = ext_cache_oid;
+		if (!OidIsValid(extoid))
+			return InvalidOid;
+		gen = ext_cache_gen;
+		LockDatabaseObject(ExtensionRelationId, extoid, 0, AccessShareLock);
+		if (ext_cache_gen == gen)
+			return extoid;
+		/* dropped (or dropped and created again) meanwhile: look again */
+		UnlockDatabaseObject(ExtensionRelationId, extoid, 0, AccessShareLock);
+	}
+}
 
-		state = pgq_database_exists(dbname);
-
-		if (state > 0)
-		{
-			pgq_db_known(dbindex, 1);
-			proc_exit(1);		/* restart connected to the database */
-		}
-		if (state != logged && state == 0)
-			ereport(LOG,
-					(errmsg("pgqueue scheduler: database \"%s\" named in pgqueue.database does not exist",
-							dbname),
-					 errhint("Create the database; its scheduler starts within seconds.")));
-		else if (state != logged)
-			ereport(LOG,
-					(errmsg("pgqueue scheduler: database \"%s\" named in pgqueue.database does not allow connections",
-							dbname),
-					 errhint("Its scheduler starts within seconds of ALTER DATABASE ... ALLOW_CONNECTIONS true.")));
-		logged = state;
-
-		(void) WaitLatch(MyLatch,
-						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 PGQ_DB_RECHECK_MS,
-						 PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
+/* Relcache invalidation: of pgqueue.queue, or of everything (relid 0). */
+static void
+pgq_extension_cache_callback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == ext_cache_relid)
+	{
+		ext_cache_valid = false;
+		ext_cache_gen++;
 	}
 }

@@ -1,10 +1,12 @@
 # The scheduler background worker: jobs flow from push to claim with no
 # manual pgq_schedule, woken by the push's commit (naptime is 1 h here);
-# a rolled-back push does not wake it; one scheduler per database; the
+# a rolled-back push does not wake it; a job not yet due wakes it when it
+# becomes due; one scheduler per database, started by the launcher; the
 # extension created, dropped and created again while the server runs; a
 # database named in pgqueue.database that does not exist yet, or does not
 # allow connections, or is dropped (DROP DATABASE ... WITH (FORCE)): one log
-# line, no crash loop, and its scheduler starts once the database is there.
+# line from the launcher, no crash loop, and its scheduler starts once the
+# database is there.
 use strict;
 use warnings;
 
@@ -20,7 +22,7 @@ my $missing_re =
   qr/database "latedb" named in pgqueue.database does not exist/;
 my $noconn_re =
   qr/database "noconn" named in pgqueue.database does not allow connections/;
-my $exit_re = qr/background worker "pgqueue scheduler" \(PID \d+\) exited/;
+my $exit_re = pgq_exit_re();
 
 my $node = pgq_node(
 	'sched', q{
@@ -32,10 +34,14 @@ $node->start;
 # db2 and noconn exist when the server starts, latedb is created later.
 $node->safe_psql('postgres', 'CREATE DATABASE db2');
 $node->safe_psql('postgres', 'CREATE DATABASE noconn ALLOW_CONNECTIONS false');
+# The log is measured while the server is stopped: the launcher of the first
+# run looks for noconn once a second and says that it does not allow
+# connections up to a second after CREATE DATABASE, so an offset taken while
+# it runs could come before that line ("logged exactly once" then saw two).
+$node->stop;
 my $log_offset = -s $node->logfile;
-$node->restart;
-# errors are counted from here: the restart's shutdown logs FATALs of its own
-my $run_offset = -s $node->logfile;
+$node->start;
+my $run_offset = $log_offset;
 
 # --- one scheduler per database, shown in pg_stat_activity ------------------
 my $pid = wait_for_scheduler($node, 'postgres');
@@ -49,27 +55,25 @@ is( $node->safe_psql(
 my $pid2 = wait_for_scheduler($node, 'db2');
 ok($pid2, "scheduler of database db2 is running (pid $pid2)");
 
-# the schedulers of latedb and noconn wait, connected to no database, and
-# say why
+# latedb and noconn have no scheduler: the launcher says why
 $node->wait_for_log($missing_re, $log_offset);
 $node->wait_for_log($noconn_re, $log_offset);
 my $waiting_since = time;
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 2 FROM pg_stat_activity
-	  WHERE backend_type = 'pgqueue scheduler' AND datname IS NULL")
-  or die 'no waiting schedulers';
-my $waiting_sql = "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity
-	WHERE backend_type = 'pgqueue scheduler' AND datname IS NULL";
-my $waiting_pids = $node->safe_psql('postgres', $waiting_sql);
-# from here on no scheduler should exit until latedb is created
+my $launcher = wait_for_launcher($node);
+like(
+	slurp_file($node->logfile, $log_offset),
+	qr/\[$launcher\] pgqueue launcher LOG:  pgqueue launcher: database "latedb" named in pgqueue.database does not exist/,
+	'the launcher says that latedb does not exist');
+# from here on no scheduler should start or exit until latedb is created
 my $watch_offset = -s $node->logfile;
 is( $node->safe_psql(
 		'postgres',
-		"SELECT coalesce(datname, '-') || ':' || count(*) FROM pg_stat_activity
-		  WHERE backend_type = 'pgqueue scheduler' GROUP BY datname ORDER BY 1"
+		"SELECT backend_type || ':' || coalesce(datname, '-') || ':' || count(*)
+		   FROM pg_stat_activity WHERE backend_type LIKE 'pgqueue%'
+		  GROUP BY backend_type, datname ORDER BY 1"
 	),
-	"-:2\ndb2:1\npostgres:1",
-	'one scheduler per database (those of latedb and noconn not connected)');
+	"pgqueue launcher:-:1\npgqueue scheduler:db2:1\npgqueue scheduler:postgres:1",
+	'one launcher, connected to no database, and one scheduler per existing database');
 
 # --- without the extension the scheduler waits quietly ----------------------
 # A reload wakes it for a pass, which finds no extension.
@@ -79,6 +83,8 @@ is(scheduler_pid($node, 'postgres'),
 	$pid, 'scheduler without the extension keeps running');
 is(log_count($node, qr/ERROR|FATAL|PANIC/, $run_offset),
 	0, 'and logs no error');
+is(log_count($node, $exit_re, $log_offset), 0,
+	'no pgqueue process exited since the start');
 
 # --- created after server start: a push is scheduled at once ----------------
 $node->safe_psql('postgres', 'CREATE EXTENSION pgqueue');
@@ -127,6 +133,25 @@ ok( $node->poll_query_until(
 	'a committed push is scheduled');
 is(wait_passes_stable($node, 'postgres'),
 	$passes + 1, 'by exactly one more pass');
+$node->safe_psql('postgres',
+	"SELECT pgq_ack(id, 'c1') FROM pgq_claim('c1', 10)");
+
+# --- a job not yet due: the scheduler wakes when it becomes due -------------
+# (naptime is 1 h; the push's commit wakes it for a pass that finds the job
+# not yet due, and the next pass is timed by its run_after)
+$id = $node->safe_psql('postgres',
+	"SELECT pgq_push('q1', '{\"n\": \"later\"}', clock_timestamp() + interval '1500 ms')");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) = 1 FROM pgqueue.work_queue WHERE id = '$id'"),
+	'a job pushed 1.5 s ahead is scheduled (naptime 1 h)');
+my $late_by = $node->safe_psql(
+	'postgres',
+	"SELECT extract(epoch FROM w.created - q.run_after)
+	   FROM pgqueue.work_queue w JOIN pgqueue.queue q USING (id)
+	  WHERE id = '$id'");
+cmp_ok($late_by, '>=', 0, 'not before its run_after');
+cmp_ok($late_by, '<', 3, "but ${late_by}s after it, not a naptime (1 h) later");
 $node->safe_psql('postgres',
 	"SELECT pgq_ack(id, 'c1') FROM pgq_claim('c1', 10)");
 
@@ -192,9 +217,9 @@ is(log_count($node, $missing_re, $log_offset),
 	1, 'missing database: logged exactly once');
 is(log_count($node, $noconn_re, $log_offset),
 	1, 'database without connections: logged exactly once');
-is($node->safe_psql('postgres', $waiting_sql),
-	$waiting_pids, 'by two waiting processes that are not restarted');
-is(log_count($node, $exit_re, $watch_offset), 0, 'no scheduler exited meanwhile');
+is(launcher_pid($node), $launcher, 'by the launcher, which is not restarted');
+is(log_count($node, qr/pgqueue scheduler started|$exit_re/, $watch_offset),
+	0, 'no scheduler started or exited meanwhile');
 
 # once created (or allowing connections), their schedulers start
 $t0 = time;
@@ -216,7 +241,7 @@ ok( $node->poll_query_until(
 	'noconn: likewise');
 my $late = time - $t0;
 cmp_ok($late, '<', 10, sprintf('%.1fs from CREATE DATABASE to scheduled', $late));
-is(scheduler_count($node, undef), 0, 'no scheduler waits for a database any more');
+is(scheduler_count($node, undef), 0, 'no scheduler without a database');
 is(log_count($node, $missing_re, $log_offset),
 	1, 'still a single "does not exist" line');
 
@@ -225,14 +250,20 @@ is(log_count($node, $missing_re, $log_offset),
 $off = -s $node->logfile;
 $node->safe_psql('postgres', 'DROP DATABASE latedb WITH (FORCE)');
 $node->wait_for_log($missing_re, $off);
-pass('latedb dropped: its scheduler goes back to waiting for it');
-my $waiting = wait_for_scheduler($node, undef);
+pass('latedb dropped: its scheduler stops, the launcher waits for the database');
+is(scheduler_count($node, 'latedb') + scheduler_count($node, undef),
+	0, 'no scheduler for latedb');
 my $watch2 = -s $node->logfile;
 usleep(2_500_000);
 is(log_count($node, $missing_re, $off), 1, 'saying so once');
-is(scheduler_pid($node, undef), $waiting, 'in one process that is not restarted');
-is(log_count($node, $exit_re, $watch2), 0, 'no scheduler exited meanwhile');
+is(launcher_pid($node), $launcher, 'the launcher is not restarted');
+is(log_count($node, qr/pgqueue scheduler started|$exit_re/, $watch2),
+	0, 'no scheduler started or exited meanwhile');
 is(scheduler_pid($node, 'postgres'), $pid, 'postgres scheduler unaffected');
+is(log_count($node, qr/ERROR|FATAL|PANIC|WARNING/, $run_offset),
+	0, 'no ERROR, FATAL, PANIC or WARNING in the server log since the start');
+is(log_count($node, $exit_re, $log_offset), 0,
+	'no pgqueue process exited with a non-zero code');
 
 $node->stop;
 done_testing();

@@ -1,9 +1,11 @@
 # Failures of the scheduler and of the server: pg_terminate_backend of the
-# scheduler (restarted by the postmaster, nothing lost), SIGKILL of the
-# scheduler (a crash restart of the whole server, all jobs and leases
-# still there), SIGKILL of the postmaster in the middle of a load of
-# pushes, claims and acks (every pushed job is afterwards either still
-# queued or was acked: none lost, none duplicated).
+# scheduler (it exits quietly and the launcher starts it again, nothing
+# lost), pg_terminate_backend of the launcher (a new one takes over, the
+# schedulers go on), SIGKILL of the scheduler (a crash restart of the whole
+# server, all jobs and leases still there, exactly one launcher after it),
+# SIGKILL of the postmaster in the middle of a load of pushes, claims and
+# acks (every pushed job is afterwards either still queued or was acked:
+# none lost, none duplicated).
 use strict;
 use warnings;
 
@@ -62,7 +64,8 @@ sub push_and_time
 		  WHERE id = '$id'");
 }
 
-# --- pg_terminate_backend: restarted by the postmaster ----------------------
+# --- pg_terminate_backend: restarted by the launcher ------------------------
+my $launcher = wait_for_launcher($node);
 my $off = -s $node->logfile;
 my $t0 = time;
 is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"),
@@ -73,9 +76,11 @@ my $pid2 = wait_for_scheduler($node, 'postgres', $pid);
 my $dt = time - $t0;
 cmp_ok($dt, '<', 5, sprintf('a new scheduler runs %.1fs later', $dt));
 $node->wait_for_log(
-	qr/background worker "pgqueue scheduler" \(PID $pid\) exited with exit code 1/,
+	qr/\[$launcher\] pgqueue launcher LOG:  pgqueue launcher: the scheduler of database "postgres" stopped; starting it again/,
 	$off);
-pass('the old one exited with code 1 (restart, not crash)');
+pass('the launcher says it started the scheduler again');
+is(log_count($node, qr/ERROR|FATAL|PANIC|WARNING|exited with exit code/, $off),
+	0, 'the old one exited with code 0, logging no FATAL (not a crash)');
 ok( $node->poll_query_until(
 		'postgres',
 		"SELECT count(*) = 1 FROM pgqueue.work_queue WHERE id = '$id'"),
@@ -90,6 +95,20 @@ is(log_count($node, qr/terminating any other active server processes/, $off),
 	0, 'no crash in the log');
 note sprintf('pg_terminate_backend: new scheduler after %.2fs', $dt);
 
+# --- pg_terminate_backend of the launcher: a new one takes over ----------------
+$off = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($launcher)");
+my $launcher2 = wait_for_launcher($node, $launcher);
+ok($launcher2, 'a new launcher replaces a terminated one');
+is(scheduler_pid($node, 'postgres'), $pid2, 'the scheduler goes on meanwhile');
+is(log_count($node, qr/ERROR|FATAL|PANIC|WARNING|exited with exit code/, $off),
+	0, 'quietly');
+# the new launcher was not told of a scheduler it did not start: it looks
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid2)");
+$pid2 = wait_for_scheduler($node, 'postgres', $pid2);
+ok($pid2, 'it starts again a scheduler its predecessor had started');
+cmp_ok(push_and_time(), '<', 1, 'which a push wakes');
+
 # --- SIGKILL of the scheduler: crash restart of the whole server ------------
 $off = -s $node->logfile;
 $t0 = time;
@@ -99,6 +118,14 @@ pass('SIGKILL of the scheduler makes the postmaster reinitialize');
 my $pid3 = wait_for_scheduler($node, 'postgres', $pid2);
 $dt = time - $t0;
 cmp_ok($dt, '<', 10, sprintf('scheduler back %.1fs after the SIGKILL', $dt));
+ok(wait_for_launcher($node, $launcher2), 'and a launcher');
+usleep(1_500_000);
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgqueue launcher'"),
+	1,
+	'exactly one launcher after the crash restart');
+is(scheduler_count($node, 'postgres'), 1, 'and one scheduler');
 like(
 	slurp_file($node->logfile, $off),
 	qr/background worker "pgqueue scheduler" \(PID $pid2\) was terminated by signal 9/,

@@ -1,5 +1,6 @@
-# Streaming replication: a hot standby runs no scheduler (it is registered
-# with BgWorkerStart_RecoveryFinished) and cannot schedule; jobs pushed on
+# Streaming replication: a hot standby runs no launcher and no scheduler
+# (both are registered with BgWorkerStart_RecoveryFinished) and cannot
+# schedule; jobs pushed on
 # the primary replicate and stay pending there; after promotion the
 # standby's scheduler starts by itself and schedules them.
 use strict;
@@ -57,6 +58,11 @@ is( $standby->safe_psql(
 usleep(1_500_000);
 is(scheduler_count($standby, 'postgres') + scheduler_count($standby, undef),
 	0, 'no scheduler process on the standby');
+is( $standby->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgqueue launcher'"),
+	0,
+	'no launcher either');
 is($standby->safe_psql('postgres', 'SELECT scheduler_passes FROM pgq_counters()'),
 	0, 'no scheduling pass on the standby');
 is($standby->safe_psql('postgres',
@@ -75,6 +81,7 @@ my $t0 = time;
 $standby->promote;
 my $pid = wait_for_scheduler($standby, 'postgres');
 ok($pid, 'after promotion a scheduler starts on the new primary');
+ok(wait_for_launcher($standby), 'started by a launcher');
 ok( $standby->poll_query_until(
 		'postgres',
 		"SELECT count(*) = 6 FROM pgqueue.work_queue"),
@@ -92,6 +99,8 @@ ok( $standby->poll_query_until(
 		"SELECT count(*) = 1 FROM pgqueue.work_queue WHERE id = '$id'"),
 	'a new push is scheduled there (woken by the commit, naptime 1 h)');
 is(scheduler_count($standby, 'postgres'), 1, 'one scheduler on the new primary');
+is(log_count($standby, pgq_failure_re()),
+	0, 'standby log: nothing of pgqueue that looks like a failure');
 note sprintf('promotion to scheduled: %.2fs', $dt);
 
 $standby->stop;

@@ -20,6 +20,10 @@ our @EXPORT = qw(
   scheduler_pid
   wait_for_scheduler
   scheduler_count
+  launcher_pid
+  wait_for_launcher
+  pgq_exit_re
+  pgq_failure_re
   counter
   wait_passes_stable
   poll_start
@@ -83,6 +87,44 @@ sub wait_for_scheduler
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE $where")
 	  or die "no scheduler for database " . ($db // '(none)');
 	return scheduler_pid($node, $db);
+}
+
+# The pid of the launcher ('' when there is none).
+sub launcher_pid
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgqueue launcher' ORDER BY pid LIMIT 1"
+	);
+}
+
+# Wait until exactly one launcher shows in pg_stat_activity, other than
+# $not_pid when given; return its pid.
+sub wait_for_launcher
+{
+	my ($node, $not_pid) = @_;
+	my $where = "backend_type = 'pgqueue launcher'";
+	$where .= " AND pid <> $not_pid" if $not_pid;
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE $where")
+	  or die "no launcher";
+	return launcher_pid($node);
+}
+
+# The postmaster's line for a pgqueue process (launcher or scheduler) that
+# exited with a non-zero code (one that exits with 0 is logged at DEBUG1).
+sub pgq_exit_re
+{
+	return qr/background worker "pgqueue [a-z]+" \(PID \d+\) exited with exit code/;
+}
+
+# A log line of a pgqueue process that looks like a failure: its ERROR,
+# FATAL, PANIC or WARNING (by the backend type of log_line_prefix), or the
+# postmaster's line for its non-zero exit.
+sub pgq_failure_re
+{
+	my $exit = pgq_exit_re();
+	return qr/\] pgqueue (?:launcher|scheduler) (?:ERROR|FATAL|PANIC|WARNING):|$exit/;
 }
 
 # One column of pgq_counters().
