@@ -336,9 +336,14 @@ def main():
     for a in refused:
         jid = a['id']
         cl = [c for c in claims.get(jid, []) if c['t1'] <= a['t0']]
-        if not cl or cl[-1]['holder'] != a['holder'] or claims[jid][-1]['holder'] != a['holder']:
+        if not cl or cl[-1]['holder'] != a['holder']:
             continue
         c = cl[-1]
+        # another holder's claim that began before this call ended may have
+        # taken the job first (a steal racing the call): a refusal is right
+        if any(x['version'] > c['version'] and x['holder'] != a['holder'] and x['t0'] < a['t1']
+               for x in claims[jid]):
+            continue
         if released_between(a['holder'], c['t0'], a['t1']):
             continue
         if final_job.get(jid, {}).get('state') == 'failed':
