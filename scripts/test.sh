@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Run the whole pgqueue test suite: pg_regress, isolation and TAP tests, and
-# the client libraries' tests (test/clients/run.sh) and the dashboard's
-# browser tests (dashboard/test/run.sh).
+# Run the whole pgqueue test suite: pg_regress, isolation and TAP tests, the
+# soak with faults (test/soak/run.sh, 3 minutes), and the client libraries'
+# tests (test/clients/run.sh) and the dashboard's browser tests
+# (dashboard/test/run.sh).
 #
 #   sudo bash scripts/test.sh            # everything
-#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, clients or dashboard
+#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, soak, clients or dashboard
+#   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak (SOAK_PORTS, SOAK_SEED too)
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
 #   TEST_DIR_BASE=/some/dir bash scripts/test.sh  # make the test copy there (default /tmp)
 #
@@ -20,7 +22,7 @@ fi
 
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
-KINDS=${*:-regress compat isolation tap clients dashboard}
+KINDS=${*:-regress compat isolation tap soak clients dashboard}
 export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '==> %s\n' "$*"; }
@@ -31,6 +33,10 @@ command -v make >/dev/null && command -v gcc >/dev/null || need+=(build-essentia
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
 [ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
 perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
+# the soak's driver and checker: Debian's psycopg 3, for /usr/bin/python3
+case " $KINDS " in *" soak "*)
+	/usr/bin/python3 -c 'import psycopg' 2>/dev/null || need+=(python3-psycopg) ;;
+esac
 if [ ${#need[@]} -gt 0 ]; then
 	log "installing ${need[*]}"
 	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null ||
@@ -125,6 +131,27 @@ for kind in $KINDS; do
 		ok=$(grep -cE '^[[:space:]]*ok [0-9]+' "$out")
 		bad=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$out")
 		;;
+	soak)
+		# test/soak/run.sh: its own server, SOAK_SECONDS (default 180) of
+		# producers, consumers and faults, then the invariant checker
+		log "soak with faults (${SOAK_SECONDS:-180} s)"
+		runuser -u postgres -- env TMPDIR="$WORK/tmp" PATH="$PATH" PG_CONFIG="$PG_CONFIG" \
+			SOAK_DIR="$WORK/soak" SOAK_SECONDS="${SOAK_SECONDS:-180}" SOAK_PORTS="${SOAK_PORTS:-}" \
+			SOAK_SEED="${SOAK_SEED:-}" SOAK_ARGS="${SOAK_ARGS:-}" SOAK_CONF="${SOAK_CONF:-}" \
+			SOAK_SELFTEST="${SOAK_SELFTEST:-}" \
+			bash "$WORK/tree/test/soak/run.sh" >"$out" 2>&1
+		rc=$?
+		# run.sh prints "soak: N passed, N failed" for the checker, for
+		# selftest.py, and once more when soak.py failed: summed
+		read -r ok bad < <(sed -nE 's/^soak: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/p' "$out" |
+			awk '{ p += $1; f += $2 } END { print p + 0, f + 0 }')
+		if [ "$rc" != 0 ] && [ -f "$WORK/soak/history.jsonl" ]; then
+			# keep the history for a replay of the checker
+			keep=$(mktemp "${TEST_DIR_BASE:-/tmp}/pgqueue-soak-history.XXXXXX")
+			cp "$WORK/soak/history.jsonl" "$keep" && cp "$WORK/soak/server.log" "$keep.server.log"
+			log "soak history kept in $keep (replay: /usr/bin/python3 test/soak/checker.py $keep)"
+		fi
+		;;
 	clients)
 		log "clients (Python, Node, PgBouncer, Prometheus exporter, examples)"
 		bash "$WORK/tree/test/clients/run.sh" >"$out" 2>&1
@@ -143,7 +170,7 @@ for kind in $KINDS; do
 		bad=${bad:-0}
 		;;
 	*)
-		echo "unknown test kind: $kind (use regress, compat, isolation, tap, clients or dashboard)"
+		echo "unknown test kind: $kind (use regress, compat, isolation, tap, soak, clients or dashboard)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;

@@ -455,12 +455,19 @@ pgq_refresh_all(PgqKey from, bool keep_heads)
  * Room of capped queue q in this pass: its advisory lock (without waiting),
  * then max_in_flight minus its jobs in work_queue.  0 when another open pass
  * holds the lock.
+ *
+ * The jobs are counted with a snapshot taken after the lock, not with the
+ * pass's: a pass that scheduled into q and committed (releasing the lock)
+ * after this pass took its snapshot is invisible to that snapshot, and its
+ * jobs would be counted as room (specs/cap_race.spec).  A snapshot taken
+ * once the lock is held sees every pass that held it before.
  */
 static int64
 pgq_room(PassRels *r, QueueState *q, text *qname)
 {
 	IndexScanDesc scan;
 	ScanKeyData key;
+	Snapshot	snap;
 	int64		n = 0;
 	int32		h;
 
@@ -476,11 +483,13 @@ pgq_room(PassRels *r, QueueState *q, text *qname)
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   r->sched_idx->rd_indcollation[0], F_TEXTEQ,
 						   PointerGetDatum(qname));
-	scan = index_beginscan(r->w.job.rel, r->sched_idx, r->w.snapshot, 1, 0);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	scan = index_beginscan(r->w.job.rel, r->sched_idx, snap, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, r->slot))
 		n++;
 	index_endscan(scan);
+	UnregisterSnapshot(snap);
 	return q->room = Max(q->max_in_flight - n, 0);
 }
 

@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""
+Does checker.py catch what it is meant to?  Takes the history of a run that
+passed, makes one violation at a time in a copy (a second accepted ack, an
+ack from a stale holder, a lost job, a cap exceeded, ...) and expects the
+checker to fail exactly the check that names it.
+
+    /usr/bin/python3 selftest.py history.jsonl
+
+Prints "ok N - ..." / "not ok N - ..." per violation and
+"soak: N passed, N failed" (run.sh runs it after a run that passed).
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def run_checker(events):
+    fd, path = tempfile.mkstemp(suffix='.jsonl')
+    try:
+        with os.fdopen(fd, 'w') as f:
+            for e in events:
+                f.write(json.dumps(e) + '\n')
+        r = subprocess.run([sys.executable, os.path.join(HERE, 'checker.py'), path],
+                           stdout=subprocess.PIPE, universal_newlines=True)
+        return [l[len('not ok '):].split(' - ', 1)[1] for l in r.stdout.splitlines()
+                if l.startswith('not ok ')]
+    finally:
+        os.unlink(path)
+
+
+def main():
+    base = load(sys.argv[1])
+    ev = lambda k: [e for e in base if e['ev'] == k]
+    acks = [e for e in ev('ack') if e['result'] is True and e['status'] == 'ok']
+    claims = {}
+    for e in ev('claim'):
+        claims.setdefault(e['id'], []).append(e)
+    for l in claims.values():
+        l.sort(key=lambda e: e['version'])
+    crashes = [(e['t0'], e['t1']) for e in ev('fault') if e['kind'] in
+               ('sigkill', 'restart', 'term_scheduler')]
+    nacked = {(e['id'], e['holder']) for e in ev('nack')}
+    released = {e.get('key') for e in ev('fault') if e['kind'] == 'release'}
+    mutations = []
+
+    def mutation(name, expect):
+        def deco(fn):
+            mutations.append((name, expect, fn))
+            return fn
+        return deco
+
+    def far_from_crashes(t, margin=30):
+        return all(not (c0 - margin < t < c1 + margin) for c0, c1 in crashes)
+
+    @mutation('a second accepted ack, by another holder', 'at most one accepted ack per job')
+    def _(h):
+        a = next(a for a in acks if a['id'] in claims)
+        b = dict(a, holder=a['holder'] + 'x', t0=a['t0'] + 0.001, t1=a['t1'] + 0.001)
+        h.append(b)
+
+    @mutation('an accepted ack from a holder that lost the job',
+              'accepted acks come from the latest claimant')
+    def _(h):
+        for a in acks:
+            l = claims.get(a['id'], [])
+            if len(l) >= 2 and l[0]['holder'] != a['holder']:
+                for e in h:
+                    if e is not a and e['ev'] == 'ack' and e['id'] == a['id'] and e['t0'] == a['t0']:
+                        e['holder'] = l[0]['holder']
+                        return
+        raise LookupError('no stolen job acked')
+
+    @mutation('an acked job lost (its archive row gone)',
+              'every pushed job acked exactly once or failed after max_tries')
+    def _(h):
+        i = next(i for i, e in enumerate(h) if e['ev'] == 'final_archive')
+        del h[i]
+
+    @mutation('an archive row twice', 'no duplicate ids or archive rows')
+    def _(h):
+        e = next(e for e in h if e['ev'] == 'final_archive')
+        h.append(dict(e))
+
+    @mutation('work committed for a job that was not acked',
+              'the work commits with its ack: one row per acked job, none else')
+    def _(h):
+        e = next(e for e in h if e['ev'] == 'final_job' and e['state'] == 'failed')
+        h.append(dict(ev='final_done', id=e['id'], holder='c0.0'))
+
+    @mutation('a job in the tables that nobody pushed', 'no job that was not pushed')
+    def _(h):
+        h.append(dict(ev='final_job', id='00000000-0000-7000-8000-000000000000', q='soak_plain',
+                      state='failed', tries=5, last_error='x', dedup=None))
+
+    @mutation('a claim while another holder\'s lease was live', 'no live lease stolen')
+    def _(h):
+        for l in claims.values():
+            for a, b in zip(l, l[1:]):
+                if a['holder'] != b['holder'] and (a['id'], a['holder']) not in nacked \
+                        and a['holder'] not in released:
+                    for e in h:
+                        if e['ev'] == 'claim' and e['id'] == b['id'] and e['version'] == b['version']:
+                            e['lock_timeout'] = a['lock_timeout'] - 0.5 + b['lease']
+                            return
+        raise LookupError('no pair of claims')
+
+    @mutation('two holders with one version', 'one holder per claim (versions and tries grow)')
+    def _(h):
+        c = next(l[-1] for l in claims.values())
+        h.append(dict(c, holder=c['holder'] + 'x'))
+
+    @mutation('a capped queue grown past its cap', 'max_in_flight never exceeded by a pass')
+    def _(h):
+        cfg = sorted((e['t0'], e['t1'], e['max_in_flight']) for e in h
+                     if e['ev'] in ('config', 'fault_error') and e.get('q') == 'soak_cap3'
+                     and e.get('max_in_flight') is not None)
+        for s in [e for e in h if e['ev'] == 'sample']:
+            t = s['t0']
+            last = [c for c in cfg if c[1] < t - 5]
+            if last and last[-1][2] > 0 and not any(t - 5 <= c[1] and c[0] <= t + 1 for c in cfg) \
+                    and s['wq'].get('soak_cap3', 0) <= last[-1][2]:
+                # a sample just after it: the count jumped past a cap that
+                # had not changed for 5 s
+                h.append(dict(s, wq=dict(s['wq'], soak_cap3=last[-1][2] + 1),
+                              t0=s['t0'] + 0.01, t1=s['t1'] + 0.01))
+                return
+        raise LookupError('no sample under a stable cap')
+
+    @mutation('a claimable row missed by an empty claim',
+              'no job stuck in work_queue while consumers were idle')
+    def _(h):
+        idle = next(e for e in h if e['ev'] == 'idle' and e['queues'] is None
+                    and all(not (c0 - 25 < e['t1'] and c1 > e['t0'] - 4) for c0, c1 in crashes))
+        h.append(dict(ev='sample', wq={}, due=[], t0=idle['t1'] + 0.01, t1=idle['t1'] + 0.02,
+                      claimable=[['00000000-0000-7000-8000-000000000001', 'soak_plain',
+                                  idle['t0'] - 2]]))
+
+    @mutation('a due job of an uncapped queue not scheduled',
+              'no due job of an uncapped queue left unscheduled')
+    def _(h):
+        samples = [e for e in h if e['ev'] == 'sample']
+        for q in ('soak_plain', 'soak_fail'):
+            # paused from a pause's start to the end of the next resume
+            cf = sorted((e['t0'], e['t1'], e['paused']) for e in h
+                        if e['ev'] in ('config', 'fault_error') and e.get('q') == q
+                        and (e.get('paused') is not None or e.get('kind') == 'pause'))
+            spans = []
+            for i, (t0, t1, pz) in enumerate(cf):
+                if pz is not False:
+                    end = next((c[1] for c in cf[i + 1:] if c[2] is False), float('inf'))
+                    spans.append((t0, end))
+            for s in samples[len(samples) // 3:]:
+                t = s['t0']
+                if all(not (o0 <= t + 0.1 and o1 >= t - 15) for o0, o1 in crashes) and \
+                        all(not (p0 <= t + 0.1 and p1 >= t - 10) for p0, p1 in spans):
+                    s['due'] = s.get('due', []) + [['00000000-0000-7000-8000-000000000002',
+                                                     q, t - 8]]
+                    return
+        raise LookupError('no quiet sample')
+
+    @mutation('a backend crashed by itself (signal 11)', 'server log: no crash but the ones injected')
+    def _(h):
+        e = next(e for e in h if e['ev'] == 'server_log')
+        e['counts'] = dict(e['counts'], **{'signal 11': 1})
+
+    @mutation('half a push found after a lost COMMIT',
+              'pushes with a lost COMMIT: absent, or acked once or failed')
+    def _(h):
+        p = next(e for e in h if e['ev'] == 'push' and len(e['ids']) > 1)
+        h.append(dict(ev='push_resolved', ids=p['ids'], q=p['q'], by=p['by'], dedup=None, found=1))
+
+    passed = failed = 0
+    base_fail = run_checker(base)
+    if base_fail:
+        print('not ok 0 - the history itself fails: %s' % base_fail)
+        print('soak: 0 passed, 1 failed')
+        sys.exit(1)
+    for n, (name, expect, fn) in enumerate(mutations, 1):
+        h = copy.deepcopy(base)
+        try:
+            fn(h)
+        except (StopIteration, LookupError) as e:
+            print('not ok %d - checker catches %s: no place to make it (%r)' % (n, name, e))
+            failed += 1
+            continue
+        got = run_checker(h)
+        if any(g == expect or g.startswith(expect + ' (') for g in got):
+            passed += 1
+            print('ok %d - checker catches %s' % (n, name))
+        else:
+            failed += 1
+            print('not ok %d - checker catches %s: expected "%s" to fail, got %s' % (
+                n, name, expect, got))
+    print('soak: %d passed, %d failed' % (passed, failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == '__main__':
+    main()
