@@ -72,7 +72,7 @@ pgqueue.naptime = 50
 max_prepared_transactions = 20
 max_connections = 40
 fsync = off
-log_line_prefix = '%m [%p] %b %e '
+log_line_prefix = '%m [%p] %b %d %e '
 log_min_messages = warning
 log_error_verbosity = default
 CONF
@@ -102,6 +102,8 @@ for db in fuzz smith; do
 		"${PSQL[@]}" -d $db -f "$HERE/seed.sql" >"$DIR/seed-$db.out" 2>&1 ||
 		{ setup_ok=0; cat "$DIR/seed-$db.out" 2>/dev/null; }
 done
+"${PSQL[@]}" -d smith -f "$HERE/smith.sql" >"$DIR/smith-setup.out" 2>&1 ||
+	{ setup_ok=0; cat "$DIR/smith-setup.out"; }
 # sqlsmith's queries can run for ever (cross joins of generate_series):
 # every statement in its database is bounded
 "${PSQL[@]}" -d postgres -c "ALTER DATABASE smith SET statement_timeout = '1s'" \
