@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Run the whole pgqueue test suite: pg_regress, isolation and TAP tests, and
+# Run the whole pgqueue test suite: pg_regress, isolation and TAP tests, the
+# fuzzers (test/fuzz/run.sh: the API fuzzer and sqlsmith, 2 minutes), and
 # the client libraries' tests (test/clients/run.sh) and the dashboard's
 # browser tests (dashboard/test/run.sh).
 #
 #   sudo bash scripts/test.sh            # everything
-#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, clients or dashboard
+#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, fuzz, clients or dashboard
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
 #   TEST_DIR_BASE=/some/dir bash scripts/test.sh  # make the test copy there (default /tmp)
 #
@@ -20,7 +21,7 @@ fi
 
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
-KINDS=${*:-regress compat isolation tap clients dashboard}
+KINDS=${*:-regress compat isolation tap fuzz clients dashboard}
 export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '==> %s\n' "$*"; }
@@ -31,6 +32,10 @@ command -v make >/dev/null && command -v gcc >/dev/null || need+=(build-essentia
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
 [ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
 perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
+case " $KINDS " in *" fuzz "*)
+	command -v sqlsmith >/dev/null || need+=(sqlsmith)
+	/usr/bin/python3 -c 'import psycopg' 2>/dev/null || need+=(python3-psycopg) ;;
+esac
 if [ ${#need[@]} -gt 0 ]; then
 	log "installing ${need[*]}"
 	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null ||
@@ -125,6 +130,17 @@ for kind in $KINDS; do
 		ok=$(grep -cE '^[[:space:]]*ok [0-9]+' "$out")
 		bad=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$out")
 		;;
+	fuzz)
+		# test/fuzz/run.sh: a server of its own (Unix socket in the run's
+		# directory), the API fuzzer and sqlsmith for 2 minutes at once
+		log "fuzz (API fuzzer and sqlsmith, FUZZ_SECONDS=${FUZZ_SECONDS:-120})"
+		runuser -u postgres -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" TMPDIR="$WORK/tmp" \
+			FUZZ_DIR="$WORK/fuzz" FUZZ_SECONDS="${FUZZ_SECONDS:-120}" FUZZ_SEED="${FUZZ_SEED:-}" \
+			bash "$WORK/tree/test/fuzz/run.sh" >"$out" 2>&1
+		rc=$?
+		ok=$(grep -cE '^ok [0-9]+' "$out")
+		bad=$(grep -cE '^not ok [0-9]+' "$out")
+		;;
 	clients)
 		log "clients (Python, Node, PgBouncer, Prometheus exporter, examples)"
 		bash "$WORK/tree/test/clients/run.sh" >"$out" 2>&1
@@ -143,7 +159,7 @@ for kind in $KINDS; do
 		bad=${bad:-0}
 		;;
 	*)
-		echo "unknown test kind: $kind (use regress, compat, isolation, tap, clients or dashboard)"
+		echo "unknown test kind: $kind (use regress, compat, isolation, tap, fuzz, clients or dashboard)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;
@@ -164,6 +180,9 @@ for kind in $KINDS; do
 		*) diffs= ;;
 		esac
 		[ -n "$diffs" ] && [ -f "$diffs" ] && { log "$diffs"; cat "$diffs"; }
+		if [ "$kind" = fuzz ] && [ -f "$WORK/fuzz/server.log" ]; then
+			log "$WORK/fuzz/server.log (tail)"; tail -n 40 "$WORK/fuzz/server.log"
+		fi
 		if [ "$kind" = tap ]; then
 			for f in "$WORK"/tree/tmp_check/log/regress_log_*; do
 				[ -f "$f" ] && { log "$f"; tail -n 80 "$f"; }

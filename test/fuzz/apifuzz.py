@@ -82,6 +82,8 @@ class Session:
         self.held = []           # (id, lock_key) this session claimed
         self.ids = []            # ids of jobs seen, for calls by id
         self.history = collections.deque(maxlen=40)
+        self.hostile = False
+        self.big_tables = False
         self.connect()
 
     # --- connections -------------------------------------------------
@@ -108,9 +110,15 @@ class Session:
     def pick(self, *choices):
         return self.rng.choice(choices)
 
+    def h(self):
+        # whether this argument gets a hostile value: in a hostile call
+        # (40 % of calls) each argument is hostile with probability 0.4,
+        # so that most calls reach the functions' bodies
+        return self.hostile and self.rng.random() < 0.4
+
     def queue(self):
         r = self.rng.random()
-        if r < 0.75:
+        if not self.h() or r < 0.4:
             return self.rng.choice(QUEUES)
         if r < 0.85:
             return 'fzq_%d' % self.rng.randrange(50)
@@ -118,7 +126,7 @@ class Session:
 
     def payload(self):
         r = self.rng.random()
-        if r < 0.6:
+        if not self.h():
             return '{"w": %d, "n": %d}' % (self.wid, self.rng.randrange(1000000))
         return self.pick(None, 'null', '[]', '"s"', '0', '{}', '1e1000',
                          '{"a": "\\u0000"}', '{"a": "\\ud800"}',
@@ -127,6 +135,8 @@ class Session:
                          '{"a": ' * 500 + '1' + '}' * 500, 'not json', '{"k": "é✓\\n\\t"}')
 
     def ts(self):
+        if not self.h():
+            return self.pick(None, None, None, 'now', 'now + 1s', 'now - 1 day', 'now + 1 day')
         return self.pick(None, None, None, 'now', 'infinity', '-infinity',
                          '294276-12-31 23:59:59.999999+00', '4713-11-24 00:00:00+00 BC',
                          '294277-01-01 00:00:00+00', 'epoch', '2000-01-01', '1999-12-31 23:59:59+00',
@@ -145,6 +155,8 @@ class Session:
         return '%s::timestamptz', v
 
     def interval(self, typical='30 seconds'):
+        if not self.h():
+            return typical
         return self.pick(typical, typical, typical, None, '0', '1 microsecond', '-1 microsecond',
                          '7 days', '7 days 00:00:00.000001', '178000000 years', '-178000000 years',
                          '1 mon', '1 mon -29 days', '1 mon -31 days', '-1 mon 40 days',
@@ -154,14 +166,16 @@ class Session:
                          '@ 1 minute ago', '0.5 seconds', '3 seconds')
 
     def int_(self, typical):
+        if not self.h():
+            return typical
         return self.pick(typical, typical, typical, None, 0, -1, 1, 2, 100, 10000, 10001,
                          2147483647, -2147483648, '2147483648')
 
     def key_(self):
         r = self.rng.random()
-        if r < 0.6:
+        if r < 0.6 or (not self.h() and r < 0.7):
             return self.key
-        if r < 0.8:
+        if r < 0.8 or not self.h():
             return 'fzk-%d' % self.rng.randrange(4)
         return self.pick(None, '', 'k' * 256, 'k' * 257, 'fz-holder-1', 'fz-holder-2',
                          'fz-expired', 'é' * 128, 'é' * 128 + 'a', 'k' * 100000)
@@ -170,7 +184,7 @@ class Session:
         r = self.rng.random()
         if r < 0.5 and self.held:
             return str(self.rng.choice(self.held)[0])
-        if r < 0.85 and self.ids:
+        if (r < 0.85 or not self.h()) and self.ids:
             return str(self.rng.choice(self.ids))
         return self.pick(None, str(uuid.uuid4()), '00000000-0000-0000-0000-000000000000',
                          'ffffffff-ffff-ffff-ffff-ffffffffffff', 'not-a-uuid')
@@ -179,7 +193,7 @@ class Session:
         r = self.rng.random()
         if r < 0.4:
             return None
-        if r < 0.7:
+        if r < 0.7 or not self.h():
             names = self.rng.sample(QUEUES, self.rng.randrange(1, 4))
             return self.arr(names)
         return self.pick('{}', '{NULL}', '{fz_a,NULL}', '{{fz_a},{fz_b}}', '[5:6]={fz_a,fz_b}',
@@ -198,7 +212,7 @@ class Session:
     def ids_arr(self):
         held = [str(h[0]) for h in self.held]
         r = self.rng.random()
-        if r < 0.5:
+        if r < 0.5 or not self.h():
             return self.arr(self.rng.sample(held, min(len(held), self.rng.randrange(1, 12))))
         return self.pick(None, '{}', '{NULL}', self.arr(held + [None]), self.arr(held + held),
                          '{{%s}}' % str(uuid.uuid4()),
@@ -209,7 +223,7 @@ class Session:
     def payloads_arr(self):
         r = self.rng.random()
         n = self.rng.choice([1, 2, 5, 50])
-        if r < 0.6:
+        if r < 0.6 or not self.h():
             return self.arr(['{"b": %d}' % i for i in range(n)])
         return self.pick(None, '{}', '{NULL}', self.arr(['{}', None]), '{{"{}"},{"{}"}}',
                          self.arr(['{}'] * 10000), self.arr(['{}'] * 10001),
@@ -238,7 +252,7 @@ class Session:
             params.append(self.int_(0))
             return 'push_batch', 'SELECT count(*) FROM pgq_push_batch(%s::text, %s::jsonb[], ' + tsql + ', %s::int)', params
         if fn == 'claim':
-            wait = self.pick('0', '0', '0', None, '-1 second', '61 seconds', '60 seconds',
+            wait = '0' if not self.h() else self.pick('0', '00:00:00.01', None, '-1 second', '61 seconds', '60 seconds',
                              '00:00:00.05', '1 mon', '-1 microsecond')
             params = [self.key_(), self.int_(rng.choice([1, 1, 3, 10])), self.interval(rng.choice(['30 seconds', '1 hour', '1 millisecond'])),
                       self.queues_arr(), wait]
@@ -259,7 +273,7 @@ class Session:
             h = self.rng.choice(self.held) if self.held and rng.random() < 0.7 else None
             idv = str(h[0]) if h else self.job_id()
             key = h[1] if h and rng.random() < 0.8 else self.key_()
-            err = self.pick(None, 'boom', '', 'e' * 100000, 'é✓\n')
+            err = self.pick(None, 'boom', 'é✓\n') if not self.h() else self.pick('', 'e' * 100000, None)
             return 'nack', 'SELECT pgq_nack(%s::uuid, %s::text, %s::text, %s::interval)', [idv, key, err, self.interval(self.pick('0', '1 second', None))]
         if fn == 'release':
             return 'release', 'SELECT pgq_release(%s::text)', [self.key_()]
@@ -268,12 +282,13 @@ class Session:
             if q in ('fz_paused',) and rng.random() < 0.5:
                 q = 'fzq_%d' % rng.randrange(50)
             return 'configure', 'SELECT pgq_configure(%s::text, %s::int, %s::int, %s::int, %s::boolean, %s::interval)', [
-                q, self.pick(None, None, 1, 3, 0, -1, 10000, 10001, 2147483647),
-                self.pick(None, None, 0, 1, 5, -1, 2147483647),
-                self.pick(None, None, 1, 2, 5, 0, -1, 2147483647),
-                self.pick(None, None, True, False),
-                self.pick(None, None, '0', '1 day', '365 days', '366 days', '-1 second', '12 mons', '13 mons',
-                          '1 mon -29 days', '178000000 years', '1 microsecond')]
+                q, self.pick(None, None, 1, 3) if not self.h() else self.pick(0, -1, 10000, 10001, 2147483647),
+                self.pick(None, None, 0, 1, 5) if not self.h() else self.pick(-1, 2147483647),
+                self.pick(None, None, 1, 2, 5) if not self.h() else self.pick(0, -1, 2147483647),
+                self.pick(None, None, True, False, False),
+                self.pick(None, None, '0', '1 day', '365 days', '12 mons') if not self.h() else
+                self.pick('366 days', '-1 second', '13 mons', '1 mon -29 days', '178000000 years', '1 microsecond',
+                          '-178000000 years', '365 days 00:00:00.000001')]
         if fn == 'schedule':
             return 'schedule', 'SELECT pgq_schedule(%s::int)', [self.int_(100)]
         if fn == 'stats':
@@ -288,14 +303,15 @@ class Session:
             return 'cancel', 'SELECT pgq_cancel(%s::uuid)', [self.job_id()]
         if fn == 'purge':
             return 'purge', 'SELECT pgq_purge(%s::text, %s::text)', [
-                self.queue(), self.pick('failed', 'failed', 'pending', 'retry', 'scheduled', 'running',
-                                        '', None, 'PENDING', 'failed ')]
+                self.queue(), self.pick('failed', 'pending', 'retry') if not self.h() else
+                self.pick('scheduled', 'running', '', None, 'PENDING', 'failed ')]
         if fn == 'push_periodic':
             return 'push_periodic', 'SELECT pgq_push_periodic(%s::text, %s::text, %s::interval, %s::jsonb, %s::int)', [
-                self.queue(), self.pick('p1', 'p2', None, '', 'n' * 224, 'n' * 225, 'é' * 112, 'é' * 112 + 'a'),
-                self.pick('1 second', '1 minute', '1 hour', '1 day', '999 milliseconds', '365 days',
-                          '365 days 00:00:00.000001', '1 mon', '1 mon -30 days', '-1 day', None, '0',
-                          '178000000 years', '1 day -86399 seconds'),
+                self.queue(), self.pick('p1', 'p2', 'n' * 224, 'é' * 112) if not self.h() else
+                self.pick(None, '', 'n' * 225, 'é' * 112 + 'a'),
+                self.pick('1 second', '1 minute', '1 hour', '1 day', '365 days') if not self.h() else
+                self.pick('999 milliseconds', '365 days 00:00:00.000001', '1 mon', '1 mon -30 days', '-1 day', None,
+                          '0', '178000000 years', '1 day -86399 seconds', '-178000000 years'),
                 self.payload(), self.int_(0)]
         raise ValueError(fn)
 
@@ -320,6 +336,7 @@ class Session:
 
     def run_call(self, in_txn):
         fn = self.random_fn()
+        self.hostile = self.rng.random() < 0.4
         name, sql, params = self.call(fn)
         self.stats['calls'] += 1
         self.stats['call:' + name] += 1
@@ -381,6 +398,11 @@ class Session:
     def transaction(self):
         rng = self.rng
         mode = rng.choices(['auto', 'commit', 'rollback', 'savepoints', 'prepare'], [40, 25, 12, 15, 8])[0]
+        if self.big_tables and mode != 'rollback':
+            # keep the tables small enough for a check after every transaction
+            self.execute("SELECT pgq_purge(q, 'pending') FROM unnest(%s::text[]) q", [QUEUES])
+            self.big_tables = False
+            self.stats['shrinks'] += 1
         self.stats['txn:' + mode] += 1
         if mode == 'auto':
             self.run_call(False)
@@ -442,8 +464,9 @@ class Session:
             raise Failure('consistency violated after a transaction:\n  ' + '\n  '.join(out[:20]))
 
     def refresh_ids(self):
-        cur = self.check.execute('SELECT id FROM pgqueue.queue ORDER BY random() LIMIT 200')
+        cur = self.check.execute('SELECT id FROM pgqueue.queue TABLESAMPLE SYSTEM (5) LIMIT 200')
         self.ids = [r[0] for r in cur.fetchall()]
+        self.big_tables = self.check.execute('SELECT count(*) > 20000 FROM pgqueue.queue').fetchone()[0]
 
     def privileges(self):
         # a call as a role without pgqueue's grants: 42501, nothing else

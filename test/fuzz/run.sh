@@ -29,15 +29,17 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PG_CONFIG=${PG_CONFIG:-pg_config}
 if [ "$(id -u)" = 0 ]; then
+	[ -z "${FUZZ_DIR:-}" ] && export FUZZ_OWN_DIR=1
 	d=${FUZZ_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/pgqueue-fuzz.XXXXXX")}
 	mkdir -p "$d" && chown postgres: "$d"
 	exec runuser -u postgres -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" FUZZ_DIR="$d" \
 		FUZZ_SECONDS="${FUZZ_SECONDS:-}" API_SECONDS="${API_SECONDS:-}" SMITH_SECONDS="${SMITH_SECONDS:-}" \
-		FUZZ_SEED="${FUZZ_SEED:-}" FUZZ_PROCS="${FUZZ_PROCS:-}" KEEP="${KEEP:-}" \
+		FUZZ_SEED="${FUZZ_SEED:-}" FUZZ_PROCS="${FUZZ_PROCS:-}" KEEP="${KEEP:-}" FUZZ_OWN_DIR="${FUZZ_OWN_DIR:-}" \
 		SERVER_ENV="${SERVER_ENV:-}" SERVER_WRAPPER="${SERVER_WRAPPER:-}" \
 		bash "$0" "$@"
 fi
 BIN=$("$PG_CONFIG" --bindir)
+[ -z "${FUZZ_DIR:-}" ] && FUZZ_OWN_DIR=1
 DIR=${FUZZ_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/pgqueue-fuzz.XXXXXX")}
 API_SECONDS=${API_SECONDS:-${FUZZ_SECONDS:-120}}
 SMITH_SECONDS=${SMITH_SECONDS:-${FUZZ_SECONDS:-120}}
@@ -59,7 +61,7 @@ finish() {
 echo "# fuzz: dir $DIR, seed $SEED, API fuzzer ${API_SECONDS}s x $PROCS sessions, sqlsmith ${SMITH_SECONDS}s"
 PSQL=("$BIN/psql" -X -q -h "$DIR" -p $PORT -v ON_ERROR_STOP=1)
 
-rm -rf "$DIR/data"
+rm -rf "$DIR/data" "$DIR/server.log"
 "$BIN/initdb" -D "$DIR/data" -A trust -U postgres >"$DIR/initdb.log" 2>&1 ||
 	{ cat "$DIR/initdb.log"; result notok "initdb"; finish; }
 cat >>"$DIR/data/postgresql.conf" <<CONF
@@ -161,5 +163,5 @@ else
 	result notok "server log"
 fi
 sed 's/^/# /' "$DIR/logcheck.out" | head -n 80
-if [ "${KEEP:-0}" != 1 ] && [ $failed = 0 ] && [ -z "${FUZZ_DIR:-}" ]; then rm -rf "$DIR"; fi
+if [ "${KEEP:-0}" != 1 ] && [ $failed = 0 ] && [ "${FUZZ_OWN_DIR:-}" = 1 ]; then rm -rf "$DIR"; fi
 finish
