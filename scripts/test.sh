@@ -8,6 +8,9 @@
 #   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, fuzz, clients or dashboard
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
 #   TEST_DIR_BASE=/some/dir bash scripts/test.sh  # make the test copy there (default /tmp)
+#   PGQ_TEST_ENV="LD_PRELOAD=... ASAN_OPTIONS=..." # environment of the test
+#       programs and the servers they start (scripts/sanitize.sh); PG_CFLAGS,
+#       PG_LDFLAGS from the environment reach the build (PGXS)
 #
 # Installs what it needs (Debian 12 packages, pg_cron among them), builds and installs the
 # extension, then runs each kind of test as the postgres user in a copy of
@@ -86,7 +89,8 @@ grep -E "warning:" "$WORK/build.log" || true
 chown -R postgres: "$WORK"
 
 run_as_pg() {
-	(cd "$WORK/tree" && runuser -u postgres -- env TMPDIR="$WORK/tmp" PATH="$PATH" \
+	# shellcheck disable=SC2086
+	(cd "$WORK/tree" && runuser -u postgres -- env ${PGQ_TEST_ENV:-} TMPDIR="$WORK/tmp" PATH="$PATH" \
 		PG_CONFIG="$PG_CONFIG" make -s installcheck "$@")
 }
 
@@ -134,7 +138,8 @@ for kind in $KINDS; do
 		# test/fuzz/run.sh: a server of its own (Unix socket in the run's
 		# directory), the API fuzzer and sqlsmith for 2 minutes at once
 		log "fuzz (API fuzzer and sqlsmith, FUZZ_SECONDS=${FUZZ_SECONDS:-120})"
-		runuser -u postgres -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" TMPDIR="$WORK/tmp" \
+		# shellcheck disable=SC2086
+		runuser -u postgres -- env ${PGQ_TEST_ENV:-} PATH="$PATH" PG_CONFIG="$PG_CONFIG" TMPDIR="$WORK/tmp" \
 			FUZZ_DIR="$WORK/fuzz" FUZZ_SECONDS="${FUZZ_SECONDS:-120}" FUZZ_SEED="${FUZZ_SEED:-}" \
 			bash "$WORK/tree/test/fuzz/run.sh" >"$out" 2>&1
 		rc=$?
