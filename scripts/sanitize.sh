@@ -9,7 +9,8 @@
 #
 # PostgreSQL itself is not built with ASan: the runtime (libasan.so.8 from
 # gcc 12) is preloaded (LD_PRELOAD) into the servers and test programs so
-# that pgqueue.so, which is instrumented, can run in them.  ASan then checks
+# that pgqueue.so, which is instrumented, can run in them (after
+# test/memcheck/asan_early.so, which makes it initialize first).  ASan then checks
 # every access pgqueue's code makes against malloc'd blocks and the stack,
 # and UBSan checks pgqueue's arithmetic, shifts, alignment and NULLs;
 # palloc'd chunks inside a memory context block are not redzoned (that
@@ -32,10 +33,16 @@ LIBASAN=$(readlink -f "$(gcc -print-file-name=libasan.so)")
 LOGDIR=$(mktemp -d "${TEST_DIR_BASE:-/tmp}/pgqueue-sanitize.XXXXXX")
 chmod 1777 "$LOGDIR"
 
+# the ASan runtime must initialize before other libraries' constructors
+# call into glibc's locale code (test/memcheck/asan_early.c says why)
+gcc -shared -fPIC -O2 -o "$LOGDIR/asan_early.so" "$SRC/test/memcheck/asan_early.c" -ldl ||
+	{ echo "could not build asan_early.so"; exit 1; }
+chmod 755 "$LOGDIR/asan_early.so"
+
 export PG_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -g"
 export PG_LDFLAGS="-fsanitize=address,undefined"
 # the environment of the test programs and of every server they start
-export PGQ_TEST_ENV="LD_PRELOAD=$LIBASAN ASAN_OPTIONS=detect_leaks=0:log_path=$LOGDIR/asan:detect_stack_use_after_return=0:handle_segv=1 UBSAN_OPTIONS=print_stacktrace=1:log_path=$LOGDIR/ubsan"
+export PGQ_TEST_ENV="LD_PRELOAD=$LOGDIR/asan_early.so:$LIBASAN ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0:log_path=$LOGDIR/asan:detect_stack_use_after_return=0:handle_segv=1 UBSAN_OPTIONS=print_stacktrace=1:log_path=$LOGDIR/ubsan"
 echo "==> sanitized build ($PG_CFLAGS), kinds: $KINDS, reports in $LOGDIR"
 bash scripts/test.sh $KINDS 2>&1 | tee "$LOGDIR/test.out"
 rc=${PIPESTATUS[0]}

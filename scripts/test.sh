@@ -11,6 +11,8 @@
 #   PGQ_TEST_ENV="LD_PRELOAD=... ASAN_OPTIONS=..." # environment of the test
 #       programs and the servers they start (scripts/sanitize.sh); PG_CFLAGS,
 #       PG_LDFLAGS from the environment reach the build (PGXS)
+#   PGQ_INSTALLCHECK_ARGS="bindir=/dir"          # more make variables for the
+#       pg_regress/isolation/TAP runs (scripts/valgrind.sh: its postgres)
 #
 # Installs what it needs (Debian 12 packages, pg_cron among them), builds and installs the
 # extension, then runs each kind of test as the postgres user in a copy of
@@ -91,7 +93,7 @@ chown -R postgres: "$WORK"
 run_as_pg() {
 	# shellcheck disable=SC2086
 	(cd "$WORK/tree" && runuser -u postgres -- env ${PGQ_TEST_ENV:-} TMPDIR="$WORK/tmp" PATH="$PATH" \
-		PG_CONFIG="$PG_CONFIG" make -s installcheck "$@")
+		PG_CONFIG="$PG_CONFIG" make -s installcheck ${PGQ_INSTALLCHECK_ARGS:-} "$@")
 }
 
 passed=0
