@@ -43,6 +43,29 @@ export PG_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -g"
 export PG_LDFLAGS="-fsanitize=address,undefined"
 # the environment of the test programs and of every server they start
 export PGQ_TEST_ENV="LD_PRELOAD=$LOGDIR/asan_early.so:$LIBASAN ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0:log_path=$LOGDIR/asan:detect_stack_use_after_return=0:handle_segv=1 UBSAN_OPTIONS=print_stacktrace=1:log_path=$LOGDIR/ubsan"
+# positive control: a heap overflow in an instrumented library loaded the
+# same way must leave a report that test/memcheck/scan.py finds
+mkdir -m 1777 "$LOGDIR/control"
+cat >"$LOGDIR/control/pgqueue.c" <<'C'
+#include <stdlib.h>
+int pgq_control(int i) { volatile char *p = malloc(8); int r = p[i]; free((void *) p); return r; }
+C
+cat >"$LOGDIR/control/main.c" <<'C'
+#include <dlfcn.h>
+int main(void) { void *h = dlopen(CONTROL_SO, RTLD_NOW); int (*f)(int) = (int (*)(int)) dlsym(h, "pgq_control"); return h && f ? f(8) : 2; }
+C
+gcc -shared -fPIC -g $PG_CFLAGS -o "$LOGDIR/control/pgqueue.so" "$LOGDIR/control/pgqueue.c" &&
+	gcc -DCONTROL_SO="\"$LOGDIR/control/pgqueue.so\"" -o "$LOGDIR/control/main" "$LOGDIR/control/main.c" -ldl &&
+	env LD_PRELOAD="$LOGDIR/asan_early.so:$LIBASAN" \
+		ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0:log_path=$LOGDIR/control/asan" "$LOGDIR/control/main"
+if ! /usr/bin/python3 "$SRC/test/memcheck/scan.py" asan "$LOGDIR/control" >"$LOGDIR/control/scan.out" 2>&1; then
+	echo "==> positive control: the planted heap overflow was reported and attributed to pgqueue.so, as it must"
+else
+	cat "$LOGDIR/control/scan.out"
+	echo "sanitize: FAILED (the positive control left no report: the sanitizer setup does not work)"
+	exit 1
+fi
+
 echo "==> sanitized build ($PG_CFLAGS), kinds: $KINDS, reports in $LOGDIR"
 bash scripts/test.sh $KINDS 2>&1 | tee "$LOGDIR/test.out"
 rc=${PIPESTATUS[0]}
