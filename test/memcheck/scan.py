@@ -15,7 +15,7 @@ import os
 import re
 import sys
 
-OURS = re.compile(r'pgqueue\.so|/src/(pgqueue|api|admin|archive|claim|jobs|schedule|worker|shmem|publish|bounds|tables|uuid7)\.[ch]:')
+OURS = re.compile(r'pgqueue\.so|\bpgq_\w+|/src/(pgqueue|api|admin|archive|claim|jobs|schedule|worker|shmem|publish|bounds|tables|uuid7)\.[ch]:')
 
 
 def split_asan(text):
