@@ -24,7 +24,7 @@ import re
 import sys
 
 PREFIX = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+) \[(\d+)\] (.*?) (\S*) ?([0-9A-Z]{5}) '
-                    r'(LOG|WARNING|ERROR|FATAL|PANIC|DETAIL|HINT|CONTEXT|STATEMENT|NOTICE|INFO|DEBUG\d?):  (.*)$')
+                    r'(LOG|WARNING|ERROR|FATAL|PANIC|DETAIL|HINT|CONTEXT|STATEMENT|LOCATION|NOTICE|INFO|DEBUG\d?):  (.*)$')
 CRASH = re.compile(r'terminated by signal|server process .* was terminated|all server processes terminated|'
                    r'database system was interrupted|not properly shut down|TRAP:|failed Assert|'
                    r'AddressSanitizer|UndefinedBehaviorSanitizer|runtime error:|==\d+==|'
@@ -67,6 +67,24 @@ FUZZ_STATES = {'22004', '22023', '2202E', '54000', '42501', '22P02', '22008', '2
                '22P05', '22003', '22007', '54001', '40001', '40P01', '55P03', '57014', '57P01'}
 
 
+# Internal errors (class XX) that PostgreSQL's own code raises when sqlsmith,
+# a superuser, calls catalog functions with arguments no one else would:
+# accepted in sqlsmith's database only, and only when the LOCATION line
+# (log_error_verbosity = verbose) names PostgreSQL's code, not pgqueue's.
+# Each was read in the log of a run and traced to the function named.
+PG_INTERNAL = [
+    # pg_catalog.unknownin() makes a column of type unknown that a window
+    # or CASE then has to coerce (parse_coerce.c)
+    r'^failed to find conversion function from unknown to ',
+    # pg_catalog.pg_stop_making_pinned_objects(), meant for initdb only
+    # (varsup.c SetNextObjectId)
+    r'^cannot advance OID counter anymore',
+]
+# pgqueue's code: any function named pgq_*, or one of its source files
+# whose name PostgreSQL does not use itself (worker.c and shmem.c it does)
+OUR_LOCATION = re.compile(r'^pgq_|\b(pgqueue|api|admin|archive|claim|jobs|schedule|publish|bounds|tables|uuid7)\.c:')
+
+
 def main(path):
     bad = []
     hist = collections.Counter()
@@ -77,6 +95,7 @@ def main(path):
     prev = None
     with open(path, errors='replace') as f:
         lines = f.read().splitlines()
+    pending = {}   # pid -> (line, msg) of an XX error waiting for its LOCATION
     for ln in lines:
         m = PREFIX.match(ln)
         if CRASH.search(ln):
@@ -89,11 +108,22 @@ def main(path):
                 unknown[ln[:160]] += 1
             continue
         _ts, pid, btype, db, state, level, msg = m.groups()
+        msg = re.sub(r'^[0-9A-Z]{5}: ', '', msg)   # verbose: the SQLSTATE again
         prev = level
-        if level in ('DETAIL', 'HINT', 'CONTEXT', 'STATEMENT'):
+        if level == 'LOCATION' and pid in pending:
+            xln, xmsg = pending.pop(pid)
+            if not OUR_LOCATION.search(msg) and any(re.search(p, xmsg) for p in PG_INTERNAL):
+                hist[('ERROR', 'XX000 of PostgreSQL itself (sqlsmith, see PG_INTERNAL): ' + xmsg[:50] + ' at ' + msg.split(',')[0])] += 1
+            else:
+                bad.append('internal error: ' + xln + '   LOCATION: ' + msg)
+            continue
+        if level in ('DETAIL', 'HINT', 'CONTEXT', 'STATEMENT', 'LOCATION'):
             continue
         if state.startswith('XX'):
-            bad.append('internal error: ' + ln)
+            if db == 'smith' and level == 'ERROR':
+                pending[pid] = (ln, msg)
+            else:
+                bad.append('internal error: ' + ln)
             continue
         if level == 'PANIC':
             bad.append('PANIC: ' + ln)
@@ -138,6 +168,8 @@ def main(path):
             hist[(level, state)] += 1
             continue
         unknown[f'{level} {state} {btype}: {msg[:160]}'] += 1
+    for xln, _ in pending.values():
+        bad.append('internal error (no LOCATION line): ' + xln)
     print(f'{len(lines)} lines in {path}')
     for k, v in sorted(hist.items(), key=lambda kv: -kv[1]):
         print(f'  {v:7d}  {" ".join(k)}')

@@ -43,6 +43,7 @@ BIN=$("$PG_CONFIG" --bindir)
 DIR=${FUZZ_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/pgqueue-fuzz.XXXXXX")}
 API_SECONDS=${API_SECONDS:-${FUZZ_SECONDS:-120}}
 SMITH_SECONDS=${SMITH_SECONDS:-${FUZZ_SECONDS:-120}}
+mkdir -p "$DIR" || exit 1
 SEED=${FUZZ_SEED:-$(( (RANDOM << 15) | RANDOM ))}
 PROCS=${FUZZ_PROCS:-4}
 PORT=5432   # the socket lives in $DIR: no other server can clash with it
@@ -76,7 +77,7 @@ max_connections = 40
 fsync = off
 log_line_prefix = '%m [%p] %b %d %e '
 log_min_messages = warning
-log_error_verbosity = default
+log_error_verbosity = verbose   # LOCATION lines: whose code raised an error
 CONF
 stop_server() {
 	"$BIN/pg_ctl" -D "$DIR/data" -m fast -w -t 120 stop >/dev/null 2>&1 ||
