@@ -43,3 +43,18 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso tmp_check_compat output_iso output
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Reliability checks (README.md, "Reliability testing"); none is part of
+# installcheck.  Sanitizers: PGXS takes extra flags from the environment or
+# the command line, e.g.
+#   make PG_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -g" \
+#        PG_LDFLAGS="-fsanitize=address,undefined"
+# and the library then loads only into a server that has the ASan runtime
+# preloaded: scripts/sanitize.sh does both, and runs the suites.
+.PHONY: fuzz sanitize valgrind
+fuzz:
+	bash scripts/test.sh fuzz
+sanitize:
+	bash scripts/sanitize.sh
+valgrind:
+	bash scripts/valgrind.sh
