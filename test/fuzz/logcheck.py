@@ -79,6 +79,9 @@ PG_INTERNAL = [
     # pg_catalog.pg_stop_making_pinned_objects(), meant for initdb only
     # (varsup.c SetNextObjectId)
     r'^cannot advance OID counter anymore',
+    # pg_catalog.interval(interval, int4) with a typmod that is not one
+    # (timestamp.c intervaltypmodleastfield)
+    r'^invalid INTERVAL typmod',
 ]
 # pgqueue's code: any function named pgq_*, or one of its source files
 # whose name PostgreSQL does not use itself (worker.c and shmem.c it does)
