@@ -40,6 +40,7 @@ OK_LOG = [
     r'^logging memory contexts of PID', r'^level: \d+; ', r'^Grand total: ',
     r'^statement: ', r'^duration: ', r'^received SIGHUP, reloading', r'^parameter ".*" changed to',
     r'^configuration file .* contains errors', r'^rotating log file',
+    r'^restore point ".*" created at ',   # pg_create_restore_point()
     r'^temporary file: ', r'^could not send data to client', r'^could not receive data from client',
     r'^unexpected EOF on client connection', r'^connection to client lost', r'^automatic (vacuum|analyze)',
 ]
