@@ -82,7 +82,10 @@ PG_INTERNAL = [
     r'^cannot advance OID counter anymore',
     # pg_catalog.interval(interval, int4) with a typmod that is not one
     # (timestamp.c intervaltypmodleastfield)
-    r'^invalid INTERVAL typmod',
+    r'^invalid INTERVAL typmod', r'^unrecognized interval typmod',
+    # pg_read_binary_file() of a name too long for a path (ENAMETOOLONG,
+    # which errcode_for_file_access() does not map: genfile.c)
+    r'^could not open file ',
 ]
 # pgqueue's code: any function named pgq_*, or one of its source files
 # whose name PostgreSQL does not use itself (worker.c and shmem.c it does)
@@ -175,12 +178,12 @@ def main(path):
     for xln, _ in pending.values():
         bad.append('internal error (no LOCATION line): ' + xln)
     print(f'{len(lines)} lines in {path}')
-    for k, v in sorted(hist.items(), key=lambda kv: -kv[1]):
-        print(f'  {v:7d}  {" ".join(k)}')
-    for k, v in sorted(unknown.items(), key=lambda kv: -kv[1]):
-        print(f'  unknown {v:5d}  {k}')
     for b in bad[:50]:
         print('  BAD ' + b)
+    for k, v in sorted(unknown.items(), key=lambda kv: -kv[1])[:50]:
+        print(f'  unknown {v:5d}  {k}')
+    for k, v in sorted(hist.items(), key=lambda kv: -kv[1]):
+        print(f'  {v:7d}  {" ".join(k)}')
     if bad or unknown:
         print(f'FAILED: {len(bad)} crash/internal-error lines, {sum(unknown.values())} unknown lines')
         return 1
