@@ -35,6 +35,8 @@ OK_LOG = [
     r'^aborting any active transactions', r'^shutting down$', r'^database system is shut down',
     r'^checkpoint (starting|complete)', r'^background worker "logical replication launcher"',
     r'^pgqueue scheduler started for database', r'^pgqueue scheduler: extension pgqueue is not installed',
+    # a scheduler that sqlsmith's pg_terminate_backend() stopped
+    r'^pgqueue launcher: the scheduler of database ".*" stopped; starting it again',
     r'^redo (starts|done)', r'^restartpoint',
     # sqlsmith calls the catalog's functions with random arguments
     r'^logging memory contexts of PID', r'^level: \d+; ', r'^Grand total: ',
@@ -139,9 +141,12 @@ def main(path):
             terminated_pids.add(pid)
         if re.search(r'received (fast|smart|immediate) shutdown request', msg):
             shutting_down = True
-        if btype == 'pgqueue scheduler' and re.search(r'named in pgqueue.database does not exist', msg):
-            # the databases are made after the server starts: the scheduler
-            # logs this once, then exits 1 to restart connected (worker.c)
+        if btype in ('pgqueue scheduler', 'pgqueue launcher') and \
+                re.search(r'named in pgqueue.database does not exist', msg):
+            # the databases are made after the server starts: the launcher
+            # logs this once and starts the scheduler when the database
+            # appears (a version without the launcher: the scheduler logs
+            # it, then exits 1 to restart connected)
             waiting_pids.add(pid)
             hist[('LOG', 'scheduler waiting for its database')] += 1
             continue
