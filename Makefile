@@ -26,7 +26,7 @@ REGRESS = setup push schedule claim lease ack_nack release configure stats \
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--temp-instance=$(CURDIR)/tmp_check_regress
 ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack dedup_race scan_hints schedule_bound \
-	scan_bounds cancel_vs_ack cancel_vs_claim cancel_vs_schedule retry_race cap_race
+	scan_bounds cancel_vs_ack cancel_vs_claim cancel_vs_schedule retry_race cap_race schedule_refresh
 ISOLATION_OPTS = --temp-config=$(srcdir)/test/isolation.conf \
 	--temp-instance=$(CURDIR)/tmp_check_iso
 TAP_TESTS = 1
@@ -43,3 +43,18 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso tmp_check_compat output_iso output
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Reliability checks (README.md, "Reliability testing"); none is part of
+# installcheck.  Sanitizers: PGXS takes extra flags from the environment or
+# the command line, e.g.
+#   make PG_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -g" \
+#        PG_LDFLAGS="-fsanitize=address,undefined"
+# and the library then loads only into a server that has the ASan runtime
+# preloaded: scripts/sanitize.sh does both, and runs the suites.
+.PHONY: fuzz sanitize valgrind
+fuzz:
+	bash scripts/test.sh fuzz
+sanitize:
+	bash scripts/sanitize.sh
+valgrind:
+	bash scripts/valgrind.sh

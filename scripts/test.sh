@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Run the whole pgqueue test suite: pg_regress, isolation and TAP tests, the
-# soak with faults (test/soak/run.sh, 3 minutes), and the client libraries'
+# soak with faults (test/soak/run.sh, 3 minutes), the fuzzers (test/fuzz/run.sh:
+# the API fuzzer and sqlsmith, 2 minutes), and the client libraries'
 # tests (test/clients/run.sh) and the dashboard's browser tests
 # (dashboard/test/run.sh).
 #
 #   sudo bash scripts/test.sh            # everything
-#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, soak, clients or dashboard
+#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, soak, fuzz, clients or dashboard
 #   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak (SOAK_PORTS, SOAK_SEED too)
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
 #   TEST_DIR_BASE=/some/dir bash scripts/test.sh  # make the test copy there (default /tmp)
+#   PGQ_TEST_ENV="LD_PRELOAD=... ASAN_OPTIONS=..." # environment of the test
+#       programs and the servers they start (scripts/sanitize.sh); PG_CFLAGS,
+#       PG_LDFLAGS from the environment reach the build (PGXS)
+#   PGQ_INSTALLCHECK_ARGS="bindir=/dir"          # more make variables for the
+#       pg_regress/isolation/TAP runs (scripts/valgrind.sh: its postgres)
 #
 # Installs what it needs (Debian 12 packages, pg_cron among them), builds and installs the
 # extension, then runs each kind of test as the postgres user in a copy of
@@ -22,7 +28,7 @@ fi
 
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
-KINDS=${*:-regress compat isolation tap soak clients dashboard}
+KINDS=${*:-regress compat isolation tap soak fuzz clients dashboard}
 export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '==> %s\n' "$*"; }
@@ -33,8 +39,11 @@ command -v make >/dev/null && command -v gcc >/dev/null || need+=(build-essentia
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
 [ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
 perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
-# the soak's driver and checker: Debian's psycopg 3, for /usr/bin/python3
-case " $KINDS " in *" soak "*)
+case " $KINDS " in *" fuzz "*)
+	command -v sqlsmith >/dev/null || need+=(sqlsmith) ;;
+esac
+# the soak's and the fuzzer's drivers: Debian's psycopg 3, for /usr/bin/python3
+case " $KINDS " in *" soak "*|*" fuzz "*)
 	/usr/bin/python3 -c 'import psycopg' 2>/dev/null || need+=(python3-psycopg) ;;
 esac
 if [ ${#need[@]} -gt 0 ]; then
@@ -87,8 +96,9 @@ grep -E "warning:" "$WORK/build.log" || true
 chown -R postgres: "$WORK"
 
 run_as_pg() {
-	(cd "$WORK/tree" && runuser -u postgres -- env TMPDIR="$WORK/tmp" PATH="$PATH" \
-		PG_CONFIG="$PG_CONFIG" make -s installcheck "$@")
+	# shellcheck disable=SC2086
+	(cd "$WORK/tree" && runuser -u postgres -- env ${PGQ_TEST_ENV:-} TMPDIR="$WORK/tmp" PATH="$PATH" \
+		PG_CONFIG="$PG_CONFIG" make -s installcheck ${PGQ_INSTALLCHECK_ARGS:-} "$@")
 }
 
 passed=0
@@ -152,6 +162,18 @@ for kind in $KINDS; do
 			log "soak history kept in $keep (replay: /usr/bin/python3 test/soak/checker.py $keep)"
 		fi
 		;;
+	fuzz)
+		# test/fuzz/run.sh: a server of its own (Unix socket in the run's
+		# directory), the API fuzzer and sqlsmith for 2 minutes at once
+		log "fuzz (API fuzzer and sqlsmith, FUZZ_SECONDS=${FUZZ_SECONDS:-120})"
+		# shellcheck disable=SC2086
+		runuser -u postgres -- env ${PGQ_TEST_ENV:-} PATH="$PATH" PG_CONFIG="$PG_CONFIG" TMPDIR="$WORK/tmp" \
+			FUZZ_DIR="$WORK/fuzz" FUZZ_SECONDS="${FUZZ_SECONDS:-120}" FUZZ_SEED="${FUZZ_SEED:-}" \
+			bash "$WORK/tree/test/fuzz/run.sh" >"$out" 2>&1
+		rc=$?
+		ok=$(grep -cE '^ok [0-9]+' "$out")
+		bad=$(grep -cE '^not ok [0-9]+' "$out")
+		;;
 	clients)
 		log "clients (Python, Node, PgBouncer, Prometheus exporter, examples)"
 		bash "$WORK/tree/test/clients/run.sh" >"$out" 2>&1
@@ -170,7 +192,7 @@ for kind in $KINDS; do
 		bad=${bad:-0}
 		;;
 	*)
-		echo "unknown test kind: $kind (use regress, compat, isolation, tap, soak, clients or dashboard)"
+		echo "unknown test kind: $kind (use regress, compat, isolation, tap, soak, fuzz, clients or dashboard)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;
@@ -191,6 +213,9 @@ for kind in $KINDS; do
 		*) diffs= ;;
 		esac
 		[ -n "$diffs" ] && [ -f "$diffs" ] && { log "$diffs"; cat "$diffs"; }
+		if [ "$kind" = fuzz ] && [ -f "$WORK/fuzz/server.log" ]; then
+			log "$WORK/fuzz/server.log (tail)"; tail -n 40 "$WORK/fuzz/server.log"
+		fi
 		if [ "$kind" = tap ]; then
 			for f in "$WORK"/tree/tmp_check/log/regress_log_*; do
 				[ -f "$f" ] && { log "$f"; tail -n 80 "$f"; }

@@ -426,8 +426,17 @@ pgq_archive_make_ahead(void *arg)
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
-		int64		r = pgq_retention_usecs(SPI_getbinval(tab->vals[i], tab->tupdesc, 1,
-														  &isnull), isnull);
+		Datum		retention = SPI_getbinval(tab->vals[i], tab->tupdesc, 1, &isnull);
+		int64		r;
+
+		/*
+		 * Not pgq_retention_usecs(SPI_getbinval(..., &isnull), isnull): C
+		 * leaves the order of a call's arguments open, and gcc read isnull
+		 * before the call set it (valgrind: a jump on an uninitialised
+		 * value), so a retention could be taken for NULL and its
+		 * partitions not made ahead.
+		 */
+		r = pgq_retention_usecs(retention, isnull);
 
 		if (r > 0)
 			pgq_archive_make(relid, now + r, now + r + PGQ_ARCHIVE_AHEAD_USECS);

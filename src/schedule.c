@@ -724,6 +724,43 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 }
 
 /*
+ * Lower the heads of a trusted view by the notes of committed transactions,
+ * then this transaction's own (its rows are visible to it before it
+ * commits), and make their queues ready.  With known_only, queues the view
+ * does not know are left to pgq_refresh_all (which walks them from the
+ * start).
+ */
+static void
+pgq_apply_notes(char **names, PgqKey *keys, int nnotes,
+				char **own_names, PgqKey *own_keys, int nown, bool known_only)
+{
+	int			i;
+
+	for (i = 0; i < nnotes + nown; i++)
+	{
+		bool		is_new;
+		const char *name = i < nnotes ? names[i] : own_names[i - nnotes];
+		PgqKey		key = i < nnotes ? keys[i] : own_keys[i - nnotes];
+		QueueState *q;
+
+		if (known_only && hash_search(queues, name, HASH_FIND, NULL) == NULL)
+			continue;
+		q = pgq_queue(name, &is_new);
+		if (is_new)
+		{
+			/* a trusted view knew every queue with entries: none below */
+			q->head.np = key.hi;
+			q->head.ra = key.lo;
+			q->head.has_id = false;
+		}
+		else
+			pgq_lower_head(q, key.hi, key.lo);
+		if (q->where == Q_IDLE || q->where == Q_LATER)
+			pgq_make_ready(q);
+	}
+}
+
+/*
  * One scheduling pass of up to max_items jobs; returns how many it moved.
  * The caller must be inside a transaction; the jobs become claimable, and
  * waiting claims are woken, when that transaction commits.
@@ -793,41 +830,26 @@ pgq_schedule_pass(int max_items)
 		 * Every queue; heads from the SCHED bound, or from the start when its
 		 * full walk is due; those of a trusted view are kept.
 		 */
-		lowest = pgq_refresh_all(scan.start,
-								 view_valid && nnotes >= 0 && nown >= 0 && !scan.full);
+		bool		keep_heads = view_valid && nnotes >= 0 && nown >= 0 && !scan.full;
+
+		/*
+		 * A view kept through the refresh (one due by time, while the
+		 * bound's full walk is not) takes the notes read for this pass
+		 * too, before its lowest head is computed: they were read (and are
+		 * not read again), and may lie below a queue's head (a higher
+		 * priority, an earlier run_after).  Dropping them left such a job
+		 * for the next full walk (specs/schedule_refresh.spec).
+		 */
+		if (keep_heads)
+			pgq_apply_notes(names, keys, nnotes, own_names, own_keys, nown, true);
+		lowest = pgq_refresh_all(scan.start, keep_heads);
 		pgq_bound_end(&scan, lowest);
 		next_refresh = now + Max(1000 * INT64CONST(1000),
 								 20 * (GetCurrentTimestamp() - began));
 		view_valid = true;
 	}
 	else
-	{
-		int			i;
-
-		/*
-		 * The notes of committed transactions, then this transaction's own
-		 * (its rows are visible to it before it commits).
-		 */
-		for (i = 0; i < nnotes + nown; i++)
-		{
-			bool		is_new;
-			const char *name = i < nnotes ? names[i] : own_names[i - nnotes];
-			PgqKey		key = i < nnotes ? keys[i] : own_keys[i - nnotes];
-
-			q = pgq_queue(name, &is_new);
-			if (is_new)
-			{
-				/* a trusted view knew every queue with entries: none below */
-				q->head.np = key.hi;
-				q->head.ra = key.lo;
-				q->head.has_id = false;
-			}
-			else
-				pgq_lower_head(q, key.hi, key.lo);
-			if (q->where == Q_IDLE || q->where == Q_LATER)
-				pgq_make_ready(q);
-		}
-	}
+		pgq_apply_notes(names, keys, nnotes, own_names, own_keys, nown, false);
 
 	/* queues whose jobs are due by now */
 	soonest_due = DT_NOEND;

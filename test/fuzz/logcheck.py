@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Classify every line of a server log written with
+log_line_prefix = '%m [%p] %b %d %e ' (test/fuzz/run.sh) and fail on
+anything that is not an ordinary error.
+
+Fails on:
+  - a crash: "terminated by signal", "server process ... was terminated",
+    "all server processes terminated; reinitializing", "database system was
+    interrupted", "not properly shut down", PANIC, TRAP: (an assertion);
+  - an internal error: SQLSTATE class XX (XX000 elog, XX001 data corrupted,
+    XX002 index corrupted) at any level;
+  - a process that exited with a non-zero code, except a pgqueue scheduler
+    that a FATAL 57P01 (pg_terminate_backend, which sqlsmith may call) or
+    a SIGTERM asked to exit;
+  - an AddressSanitizer/UBSan/valgrind report that reached the log;
+  - a WARNING or LOG line it does not know (listed below as "unknown").
+Accepts: ERROR and FATAL with any SQLSTATE outside class XX (the
+statements of sqlsmith and of the API fuzzer are wrong on purpose), and
+the LOG lines of a server starting, checkpointing and stopping, and of the
+pgqueue schedulers starting.  Prints a histogram of what it saw.
+"""
+import collections
+import re
+import sys
+
+PREFIX = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+) \[(\d+)\] (.*?) (\S*) ?([0-9A-Z]{5}) '
+                    r'(LOG|WARNING|ERROR|FATAL|PANIC|DETAIL|HINT|CONTEXT|STATEMENT|LOCATION|NOTICE|INFO|DEBUG\d?):  (.*)$')
+CRASH = re.compile(r'terminated by signal|server process .* was terminated|all server processes terminated|'
+                   r'database system was interrupted|not properly shut down|TRAP:|failed Assert|'
+                   r'AddressSanitizer|UndefinedBehaviorSanitizer|runtime error:|==\d+==|'
+                   r'terminating connection because of crash', re.I)
+OK_LOG = [
+    r'^starting PostgreSQL', r'^listening on', r'^database system is ready',
+    r'^database system was shut down at', r'^received (fast|smart|immediate) shutdown request',
+    r'^aborting any active transactions', r'^shutting down$', r'^database system is shut down',
+    r'^checkpoint (starting|complete)', r'^background worker "logical replication launcher"',
+    r'^pgqueue scheduler started for database', r'^pgqueue scheduler: extension pgqueue is not installed',
+    # a scheduler that sqlsmith's pg_terminate_backend() stopped
+    r'^pgqueue launcher: the scheduler of database ".*" stopped; starting it again',
+    r'^redo (starts|done)', r'^restartpoint',
+    # sqlsmith calls the catalog's functions with random arguments
+    r'^logging memory contexts of PID', r'^level: \d+; ', r'^Grand total: ',
+    r'^statement: ', r'^duration: ', r'^received SIGHUP, reloading', r'^parameter ".*" changed to',
+    r'^configuration file .* contains errors', r'^rotating log file',
+    r'^restore point ".*" created at ',   # pg_create_restore_point()
+    r'^temporary file: ', r'^could not send data to client', r'^could not receive data from client',
+    r'^unexpected EOF on client connection', r'^connection to client lost', r'^automatic (vacuum|analyze)',
+]
+OK_WARNING = [
+    # sqlsmith: pg_cancel_backend/pg_terminate_backend of a random pid,
+    # pg_stop_backup without a backup, pg_advisory_unlock of a lock not held,
+    # set_config of a GUC it cannot parse at reload, ...
+    r'^PID \d+ is not a PostgreSQL (server|backend) process',
+    r'^you don\'t own a lock of type',
+    r'^there is no transaction in progress', r'^there is already a transaction in progress',
+    r'^SET LOCAL can only be used in transaction blocks',
+    r'^could not determine', r'^could not send signal to process',
+    r'^pg_stop_backup', r'^nonstandard use of',
+    r'^skipping .* --- ', r'^wal_level is insufficient',
+    r'^(logical replication|WAL) ', r'^TIME_ZONE', r'^invalid configuration parameter name',
+    r'^PID \d+ is not a PostgreSQL', r'^signal', r'^"\S+" is a procedure',
+    r'^unrecognized configuration parameter',
+    r'^could not (open|read|stat) file', r'^page \d+ of relation',
+    r'^archive upkeep', r'^rotation not possible because log collection not active',  # src/archive.c logs an upkeep step that failed (never the case here)
+]
+
+# the SQLSTATEs test/fuzz/apifuzz.py accepts (database "fuzz"); sqlsmith's
+# database "smith" may end statements with any SQLSTATE outside class XX
+FUZZ_STATES = {'22004', '22023', '2202E', '54000', '42501', '22P02', '22008', '22015', '22021',
+               '22P05', '22003', '22007', '54001', '40001', '40P01', '55P03', '57014', '57P01'}
+
+
+# Internal errors (class XX) that PostgreSQL's own code raises when sqlsmith,
+# a superuser, calls catalog functions with arguments no one else would:
+# accepted in sqlsmith's database only, and only when the LOCATION line
+# (log_error_verbosity = verbose) names PostgreSQL's code, not pgqueue's.
+# Each was read in the log of a run and traced to the function named.
+PG_INTERNAL = [
+    # pg_catalog.unknownin() makes a column of type unknown that a window
+    # or CASE then has to coerce (parse_coerce.c)
+    r'^failed to find conversion function from unknown to ',
+    # pg_catalog.pg_stop_making_pinned_objects(), meant for initdb only
+    # (varsup.c SetNextObjectId)
+    r'^cannot advance OID counter anymore',
+    # pg_catalog.interval(interval, int4) with a typmod that is not one
+    # (timestamp.c intervaltypmodleastfield)
+    r'^invalid INTERVAL typmod', r'^unrecognized interval typmod',
+    # pg_read_binary_file() of a name too long for a path (ENAMETOOLONG,
+    # which errcode_for_file_access() does not map: genfile.c)
+    r'^could not open file ',
+]
+# pgqueue's code: any function named pgq_*, or one of its source files
+# whose name PostgreSQL does not use itself (worker.c and shmem.c it does)
+OUR_LOCATION = re.compile(r'^pgq_|\b(pgqueue|api|admin|archive|claim|jobs|schedule|publish|bounds|tables|uuid7)\.c:')
+
+
+def main(path):
+    bad = []
+    hist = collections.Counter()
+    unknown = collections.Counter()
+    terminated_pids = set()
+    waiting_pids = set()      # schedulers that waited for their database to exist
+    shutting_down = False
+    prev = None
+    with open(path, errors='replace') as f:
+        lines = f.read().splitlines()
+    pending = {}   # pid -> (line, msg) of an XX error waiting for its LOCATION
+    for ln in lines:
+        m = PREFIX.match(ln)
+        if CRASH.search(ln):
+            bad.append('crash: ' + ln)
+            continue
+        if not m:
+            # a continuation of the previous entry (a multi-line statement)
+            if prev is None:
+                hist[('other', 'unprefixed')] += 1
+                unknown[ln[:160]] += 1
+            continue
+        _ts, pid, btype, db, state, level, msg = m.groups()
+        msg = re.sub(r'^[0-9A-Z]{5}: ', '', msg)   # verbose: the SQLSTATE again
+        prev = level
+        if level == 'LOCATION' and pid in pending:
+            xln, xmsg = pending.pop(pid)
+            if not OUR_LOCATION.search(msg) and any(re.search(p, xmsg) for p in PG_INTERNAL):
+                hist[('ERROR', 'XX000 of PostgreSQL itself (sqlsmith, see PG_INTERNAL): ' + xmsg[:50] + ' at ' + msg.split(',')[0])] += 1
+            else:
+                bad.append('internal error: ' + xln + '   LOCATION: ' + msg)
+            continue
+        if level in ('DETAIL', 'HINT', 'CONTEXT', 'STATEMENT', 'LOCATION'):
+            continue
+        if state.startswith('XX'):
+            if db == 'smith' and level == 'ERROR':
+                pending[pid] = (ln, msg)
+            else:
+                bad.append('internal error: ' + ln)
+            continue
+        if level == 'PANIC':
+            bad.append('PANIC: ' + ln)
+            continue
+        if level == 'FATAL' and state in ('57P01', '57P02', '57P03'):
+            terminated_pids.add(pid)
+        if re.search(r'received (fast|smart|immediate) shutdown request', msg):
+            shutting_down = True
+        if btype in ('pgqueue scheduler', 'pgqueue launcher') and \
+                re.search(r'named in pgqueue.database does not exist', msg):
+            # the databases are made after the server starts: the launcher
+            # logs this once and starts the scheduler when the database
+            # appears (a version without the launcher: the scheduler logs
+            # it, then exits 1 to restart connected)
+            waiting_pids.add(pid)
+            hist[('LOG', 'scheduler waiting for its database')] += 1
+            continue
+        if level in ('ERROR', 'FATAL'):
+            if btype == 'pgqueue scheduler' and state not in ('57P01',):
+                # a scheduling pass that failed: never expected
+                unknown[f'{level} {state} {btype} {db}: {msg[:160]}'] += 1
+                continue
+            if db == 'fuzz' and state not in FUZZ_STATES:
+                unknown[f'{level} {state} {btype} {db}: {msg[:160]}'] += 1
+                continue
+            hist[(level, state, btype, db)] += 1
+            continue
+        mm = re.search(r'\(PID (\d+)\) exited with exit code (\d+)', msg)
+        if mm:
+            if btype == 'postmaster' and 'pgqueue scheduler' in msg and mm.group(1) in terminated_pids | waiting_pids:
+                hist[('LOG', 'scheduler exited to restart (SIGTERM, or its database appeared)')] += 1
+                continue
+            if shutting_down and mm.group(2) == '1':
+                hist[('LOG', 'background worker exited 1 at shutdown')] += 1
+                continue
+            bad.append('process exited: ' + ln)
+            continue
+        if level == 'LOG' and any(re.search(p, msg) for p in OK_LOG):
+            hist[('LOG', 'ordinary')] += 1
+            continue
+        if level == 'WARNING' and any(re.search(p, msg) for p in OK_WARNING):
+            hist[('WARNING', state, re.sub(r'\d+', 'N', msg)[:60])] += 1
+            continue
+        if level in ('NOTICE', 'INFO') or level.startswith('DEBUG'):
+            hist[(level, state)] += 1
+            continue
+        unknown[f'{level} {state} {btype}: {msg[:160]}'] += 1
+    for xln, _ in pending.values():
+        bad.append('internal error (no LOCATION line): ' + xln)
+    print(f'{len(lines)} lines in {path}')
+    for b in bad[:50]:
+        print('  BAD ' + b)
+    for k, v in sorted(unknown.items(), key=lambda kv: -kv[1])[:50]:
+        print(f'  unknown {v:5d}  {k}')
+    for k, v in sorted(hist.items(), key=lambda kv: -kv[1]):
+        print(f'  {v:7d}  {" ".join(k)}')
+    if bad or unknown:
+        print(f'FAILED: {len(bad)} crash/internal-error lines, {sum(unknown.values())} unknown lines')
+        return 1
+    print('log ok: no crash, no assertion, no internal error, nothing unknown')
+    return 0
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1]))
