@@ -94,6 +94,10 @@ if ! (cd "$WORK/tree" && make -s clean && make -s && make -s install) >"$WORK/bu
 fi
 grep -E "warning:" "$WORK/build.log" || true
 chown -R postgres: "$WORK"
+# every kind runs from the copy: the checkout may be in a directory the
+# postgres user cannot enter (/root, a 0700 mktemp), and its psql and
+# pg_ctl would say "could not change directory" on stderr
+cd "$WORK"
 
 run_as_pg() {
 	# shellcheck disable=SC2086

@@ -27,6 +27,7 @@
 # server under a tool.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
+cd /   # psql as postgres from a directory it may not enter would print a warning
 PG_CONFIG=${PG_CONFIG:-pg_config}
 if [ "$(id -u)" = 0 ]; then
 	[ -z "${FUZZ_DIR:-}" ] && export FUZZ_OWN_DIR=1
@@ -36,7 +37,7 @@ if [ "$(id -u)" = 0 ]; then
 		FUZZ_SECONDS="${FUZZ_SECONDS:-}" API_SECONDS="${API_SECONDS:-}" SMITH_SECONDS="${SMITH_SECONDS:-}" \
 		FUZZ_SEED="${FUZZ_SEED:-}" FUZZ_PROCS="${FUZZ_PROCS:-}" KEEP="${KEEP:-}" FUZZ_OWN_DIR="${FUZZ_OWN_DIR:-}" \
 		SERVER_ENV="${SERVER_ENV:-}" SERVER_WRAPPER="${SERVER_WRAPPER:-}" \
-		bash "$0" "$@"
+		bash "$HERE/run.sh" "$@"
 fi
 BIN=$("$PG_CONFIG" --bindir)
 [ -z "${FUZZ_DIR:-}" ] && FUZZ_OWN_DIR=1
