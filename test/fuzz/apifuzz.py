@@ -388,6 +388,11 @@ class Session:
             raise Failure('%s: internal error %s: %s' % (name, st, e))
         if st == '57014' and not short_timeout:
             raise Failure('%s: statement ran into the 20 s statement_timeout (a hang?): %s' % (name, e))
+        if st == '40P01':
+            # accepted, but shown: which calls of which transactions
+            print('deadlock (40P01) in session %d, %s: %s\n  its transaction so far:\n%s' % (
+                self.wid, name, str(e).replace('\n', ' | '),
+                '\n'.join('    %s %r' % h for h in list(self.history)[-8:])), flush=True)
         if st == '57P01':
             raise ConnectionResetError(str(e))
         if st in ('57P02', '57P03'):

@@ -135,7 +135,8 @@ if [ "$API_SECONDS" -gt 0 ]; then wait "${pids[0]}"; api_rc=$?; fi
 if [ "$SMITH_SECONDS" -gt 0 ]; then wait "${pids[-1]}"; smith_rc=$?; fi
 
 if [ "$API_SECONDS" -gt 0 ]; then
-	sed 's/^/# /' "$DIR/apifuzz.out" | tail -n 60
+	grep -A10 '^deadlock (40P01)' "$DIR/apifuzz.out" | sed 's/^/# /' | head -n 60
+	grep -v '^deadlock (40P01)' "$DIR/apifuzz.out" | sed 's/^/# /' | tail -n 45
 	if [ $api_rc = 0 ]; then result ok "API fuzzer (seed $SEED)"
 	else result notok "API fuzzer (seed $SEED, exit $api_rc)"; fi
 fi
