@@ -33,8 +33,14 @@ def test_python_worker_example(app, admin, queue, tmp_path):
         p.kill()
     out.seek(0)
     text = out.read()
-    done = re.findall(r"^job (\S+): email to (\S+) \(try 1\)$", text, re.M)
-    assert sorted(done) == sorted((str(i), f"u{n}@example.com") for n, i in enumerate(good))
+    done = re.findall(r"^job (\S+): email to (\S+) \(try (\d+)\)$", text, re.M)
+    # every good job done exactly once
+    assert sorted((i, to) for i, to, _ in done) == \
+        sorted((str(i), f"u{n}@example.com") for n, i in enumerate(good)), text
+    # on its first try, unless a claim's answer was lost and the job given
+    # back (the worker logs it; seen once through PgBouncer on a loaded machine)
+    if any(t != "1" for _, _, t in done):
+        assert "connection was lost" in text or "connection lost" in text, text
     (jid, _, _, error, _), = job_rows(admin, queue)
     assert jid == bad and error.startswith("ValueError: payload has no 'to'")
     assert "SIGTERM received, stopping" in text
