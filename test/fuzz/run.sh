@@ -63,6 +63,12 @@ finish() {
 echo "# fuzz: dir $DIR, seed $SEED, API fuzzer ${API_SECONDS}s x $PROCS sessions, sqlsmith ${SMITH_SECONDS}s"
 PSQL=("$BIN/psql" -X -q -h "$DIR" -p $PORT -v ON_ERROR_STOP=1)
 
+# the log check must judge known logs right before it judges this run's
+if "$PY" "$HERE/logcheck_selftest.py" >"$DIR/logcheck-selftest.out" 2>&1; then
+	result ok "log check judges its self-test logs right ($(tail -n 1 "$DIR/logcheck-selftest.out"))"
+else
+	sed 's/^/# /' "$DIR/logcheck-selftest.out"; result notok "log check self-test"
+fi
 rm -rf "$DIR/data" "$DIR/server.log"
 "$BIN/initdb" -D "$DIR/data" -A trust -U postgres >"$DIR/initdb.log" 2>&1 ||
 	{ cat "$DIR/initdb.log"; result notok "initdb"; finish; }
