@@ -76,12 +76,14 @@ my $log_from = -s $node->logfile;
 my $claimer = $node->background_psql('postgres');
 my $pusher = $node->background_psql('postgres');
 my $claims = 0;
+my $most_read = 0;
 my $until = time() + 8;
 while (time() < $until)
 {
 	$pusher->query_safe("SELECT pgq_push('live', '{}'); SELECT pgq_schedule();");
-	ready_entries_read($claimer,
+	my $read = ready_entries_read($claimer,
 		"SELECT pgq_ack_batch(ARRAY(SELECT id FROM pgq_claim('live', 10)), 'live')");
+	$most_read = $read if $read > $most_read;
 	$claims++;
 	usleep(50_000);
 }
@@ -101,7 +103,9 @@ note(scalar(@walks) . " full walks of READY in $claims claims, took (us): "
 ok(@walks >= 2, 'full walks ran, and were logged');
 my $longest = 0;
 $longest = $_->{took_us} > $longest ? $_->{took_us} : $longest for @walks;
-ok($longest >= 20_000, "a full walk visits the held entries ($longest us)");
+# what a full walk costs depends on the machine; what it reads does not
+ok($most_read >= 250_000,
+	"a full walk visits the held entries ($most_read index entries read by one claim, the longest walk $longest us)");
 my @early = grep {
 	my $i = $_;
 	my $gap_ms = ($walks[$i]{at} - $walks[ $i - 1 ]{at}) * 1000;
