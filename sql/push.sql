@@ -145,6 +145,23 @@ SELECT count(*) AS pushed
                                 FROM generate_series(1, 10000) g));
 SELECT count(*) AS jobs, count(DISTINCT payload) AS distinct_payloads
   FROM pgqueue.queue WHERE queue = 'big';
+-- payloads large enough to be compressed and stored out of line come
+-- back whole, each with its own id
+SELECT count(*) AS pushed, count(DISTINCT b) AS ids
+  FROM pgq_push_batch('toast', (SELECT array_agg(jsonb_build_object('i', g,
+                                  'r', repeat('pgqueue ', 1000),
+                                  's', (SELECT string_agg(md5(g::text || ':' || x), '')
+                                          FROM generate_series(1, 300) x)))
+                                  FROM generate_series(1, 50) g)) AS b;
+SELECT count(*) AS jobs,
+       bool_and(payload->>'s' = (SELECT string_agg(md5((payload->>'i') || ':' || x), '')
+                                   FROM generate_series(1, 300) x)
+                AND payload->>'r' = repeat('pgqueue ', 1000)) AS whole,
+       bool_and(pg_column_size(payload) < octet_length(payload::text)) AS compressed
+  FROM pgqueue.queue WHERE queue = 'toast';
+SELECT count(*) > 0 AS stored_out_of_line
+  FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid
+ WHERE c.oid = 'pgqueue.queue'::regclass AND pg_relation_size(t.oid) > 0;
 -- a rolled-back batch leaves nothing
 BEGIN;
 SELECT count(*) AS pushed FROM pgq_push_batch('gone', ARRAY['{}', '{}']::jsonb[]);

@@ -54,7 +54,6 @@ PG_FUNCTION_INFO_V1(pgq_stats);
 /* Kept plans, prepared on first use in each backend. */
 static SPIPlanPtr plan_push_dedup = NULL;
 static SPIPlanPtr plan_find_dedup = NULL;
-static SPIPlanPtr plan_push_batch = NULL;
 static SPIPlanPtr plan_release[2] = {NULL, NULL};
 static SPIPlanPtr plan_configure[2] = {NULL, NULL};
 static SPIPlanPtr plan_stats = NULL;
@@ -512,27 +511,22 @@ pgq_push(PG_FUNCTION_ARGS)
  * pgq_push_batch(queue, payloads jsonb[], run_after, priority) returns
  * setof uuid
  *
- * Inserts one pending job per payload in one statement and returns their
- * ids in the order of the payloads.
+ * Inserts one pending job per payload (jobs.c, in one write) and returns
+ * their ids in the order of the payloads.
  */
 Datum
 pgq_push_batch(PG_FUNCTION_ARGS)
 {
-	char	   *queue = pgq_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ArrayType  *payloads;
-	ArrayType  *ids;
 	Datum	   *elems;
 	bool	   *elnulls;
 	Datum	   *iddatums;
 	pg_uuid_t  *idvals;
 	int			n;
 	int			i;
-	Datum		args[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	Oid			types[5] = {UUIDARRAYOID, TEXTOID, JSONBARRAYOID, TIMESTAMPTZOID, INT4OID};
-	SPIPlanPtr	plan;
 
+	(void) pgq_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES);	/* checks it */
 	pgq_require(fcinfo, 1, "payloads");
 	payloads = PG_GETARG_ARRAYTYPE_P(1);
 	if (ARR_NDIM(payloads) > 1)
@@ -571,24 +565,9 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 		pgq_uuid7(&idvals[i]);
 		iddatums[i] = UUIDPGetDatum(&idvals[i]);
 	}
-	ids = construct_array(iddatums, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR);
-
-	args[0] = PointerGetDatum(ids);
-	args[1] = CStringGetTextDatum(queue);
-	args[2] = PointerGetDatum(payloads);
-	args[3] = PG_GETARG_DATUM(2);
-	nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
-	args[4] = PG_GETARG_DATUM(3);
-
-	SPI_connect();
-	plan = pgq_keep_plan(&plan_push_batch,
-						 "INSERT INTO pgqueue.queue (id, queue, payload, run_after, priority)"
-						 " SELECT b.id, $2, b.payload, coalesce($4, pg_catalog.now()), $5"
-						 "   FROM unnest($1, $3) AS b (id, payload)",
-						 5, types);
-	if (SPI_execute_plan(plan, args, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "push_batch failed");
-	SPI_finish();
+	pgq_push_jobs(idvals, elems, n, PG_GETARG_TEXT_PP(0), !PG_ARGISNULL(2),
+				  PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
+				  PG_GETARG_INT32(3));
 
 	for (i = 0; i < n; i++)
 	{

@@ -100,13 +100,15 @@ pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s)
  */
 
 /*
- * Insert a pending job (no dedup_key) with id *id into pgqueue.queue.
- * run_after NULL (has_run_after false): due at the transaction's start, as
- * "DEFAULT now()".
+ * Insert n pending jobs (no dedup_key) into pgqueue.queue, the i-th with id
+ * ids[i] and payload payloads[i] (a Jsonb datum), in one write: the table,
+ * its indexes and the snapshot are opened once for the batch.  run_after
+ * NULL (has_run_after false): due at the transaction's start, as "DEFAULT
+ * now()".
  */
 void
-pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload, bool has_run_after,
-			 TimestampTz run_after, int32 priority)
+pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
+			  bool has_run_after, TimestampTz run_after, int32 priority)
 {
 	PgqWrite	w;
 	PgqTable   *t;
@@ -133,7 +135,6 @@ pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload, bool has_run_after,
 		values[t->att[c] - 1] = (v); \
 		isnull[t->att[c] - 1] = false; \
 	} while (0)
-	SETCOL(PGQ_COL_ID, UUIDPGetDatum(id));
 	SETCOL(PGQ_COL_CREATED, TimestampTzGetDatum(now));
 	SETCOL(PGQ_COL_VERSION, Int32GetDatum(0));
 	SETCOL(PGQ_COL_QUEUE, PointerGetDatum(queue));
@@ -141,10 +142,27 @@ pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload, bool has_run_after,
 	SETCOL(PGQ_COL_TRIES, Int32GetDatum(0));
 	SETCOL(PGQ_COL_PRIORITY, Int32GetDatum(priority));
 	SETCOL(PGQ_COL_RUN_AFTER, TimestampTzGetDatum(has_run_after ? run_after : now));
-	SETCOL(PGQ_COL_PAYLOAD, JsonbPGetDatum(payload));
+	for (i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		SETCOL(PGQ_COL_ID, UUIDPGetDatum(&ids[i]));
+		SETCOL(PGQ_COL_PAYLOAD, payloads[i]);
+		pgq_insert(&w, t, values, isnull);
+		/* what the index insertions computed for this row */
+		ResetPerTupleExprContext(w.estate);
+	}
 #undef SETCOL
-	pgq_insert(&w, t, values, isnull);
 	pgq_write_end(&w);
+}
+
+/* Insert one pending job (no dedup_key) with id *id: pgq_push_jobs. */
+void
+pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload, bool has_run_after,
+			 TimestampTz run_after, int32 priority)
+{
+	Datum		d = JsonbPGetDatum(payload);
+
+	pgq_push_jobs(id, &d, 1, queue, has_run_after, run_after, priority);
 }
 
 /* ----------------------------------------------------------------

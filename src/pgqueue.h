@@ -276,6 +276,8 @@ typedef struct PgqQueueSettings
 extern void pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s);
 extern void pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload,
 						 bool has_run_after, TimestampTz run_after, int32 priority);
+extern void pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
+						  bool has_run_after, TimestampTz run_after, int32 priority);
 extern bool pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline);
 extern int	pgq_ack_jobs(Datum *ids, int n, text *key);
 extern const char *pgq_nack_job(Datum id, text *key, text *error,
