@@ -509,10 +509,11 @@ def load_section(meta, lines):
     if not load:
         return
     lines += ["## Other load on the machine", "",
-              "The machine (%s cores) was shared: other engineers' tests, soaks and fuzzers ran during this "
-              "run. The figures are side-by-side ratios of interleaved rounds within one run, so the other "
-              "load falls on every system; it shows as noise between rounds (see the runs columns). Load "
-              "average (1, 5, 15 min, /proc/loadavg) at the start and end of each workload:"
+              "Load average (1, 5, 15 min, /proc/loadavg) at the start and end of each workload, on a "
+              "machine of %s cores. The benchmark's own clients and server keep it near the number of "
+              "cores; well above that, other work shared the machine. The figures are side-by-side ratios "
+              "of interleaved rounds within one run, so any other load falls on every system alike and "
+              "shows as noise between rounds (see the runs columns)."
               % meta.get("machine", {}).get("nproc", "?"), "",
               "| workload | start | loadavg at start | end | loadavg at end | seconds |",
               "|---|---|---|---|---|---|"]
