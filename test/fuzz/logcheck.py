@@ -102,6 +102,11 @@ PG_INTERNAL = [
     # to_tsvector(0::regconfig, ...): ts_cache.c lookup_ts_config_cache);
     # the LOCATION check above still fails any raised in pgqueue's code
     r'^cache lookup failed for ',
+    # jsonb_to_tsvector(..., flags) with flags a jsonb array holding an
+    # array or object (jsonfuncs.c parse_jsonb_index_flags elog()s where it
+    # meets the nested container; sqlsmith passed a pgq_stats() wrapper's
+    # jsonb as the flags)
+    r'^unexpected end of flag array',
 ]
 # pgqueue's code: any function named pgq_*, or one of its source files
 # whose name PostgreSQL does not use itself (worker.c and shmem.c it does)

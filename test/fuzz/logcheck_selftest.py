@@ -35,6 +35,11 @@ CASES = [
     ('reviewed PostgreSQL-internal error (PG_INTERNAL), even with pgqueue in the statement', 0,
      entry(11, 'smith', 'XX000', 'ERROR', 'could not stat file "select 1', 'pg_stat_file, genfile.c:411',
            'select pg_stat_file(query) from pgqueue.queue', more=['   from pg_stat_activity"'])),
+    ('reviewed PostgreSQL-internal error of jsonb_to_tsvector\'s flags, with a fz_ wrapper', 0,
+     entry(20, 'smith', 'XX000', 'ERROR', 'unexpected end of flag array',
+           'parse_jsonb_index_flags, jsonfuncs.c:5257',
+           'select\n  pg_catalog.jsonb_to_tsvector(\n    cast(public.fz_stats_3() as jsonb),\n'
+           '    cast(public.fz_stats_1() as jsonb))')),
     ('unreviewed PostgreSQL-internal error, statement without pgqueue: REVIEW, not a failure', 0,
      entry(12, 'smith', 'XX000', 'ERROR', 'some new elog', 'foo, bar.c:12',
            'select\n  pg_catalog.baz(1)\nfrom pg_class')),
