@@ -45,6 +45,8 @@ OK_LOG = [
     # a scheduler that sqlsmith's pg_terminate_backend() stopped
     r'^pgqueue launcher: the scheduler of database ".*" stopped; starting it again',
     r'^redo (starts|done)', r'^restartpoint',
+    # WAL written fast (sqlsmith's pg_switch_wal(), CHECKPOINTs, the load)
+    r'^checkpoints are occurring too frequently',
     # sqlsmith calls the catalog's functions with random arguments
     r'^logging memory contexts of PID', r'^level: \d+; ', r'^Grand total: ',
     r'^statement: ', r'^duration: ', r'^received SIGHUP, reloading', r'^parameter ".*" changed to',
@@ -63,6 +65,8 @@ OK_WARNING = [
     r'^SET LOCAL can only be used in transaction blocks',
     r'^could not determine', r'^could not send signal to process',
     r'^pg_stop_backup', r'^nonstandard use of',
+    # a session that sqlsmith's pg_backup_start() left in a backup, ending
+    r'^aborting backup due to backend exiting before pg_backup_stop was called',
     r'^skipping .* --- ', r'^wal_level is insufficient',
     r'^(logical replication|WAL) ', r'^TIME_ZONE', r'^invalid configuration parameter name',
     r'^PID \d+ is not a PostgreSQL', r'^signal', r'^"\S+" is a procedure',
