@@ -28,32 +28,12 @@ CLIENTS=${CLIENTS:-4}
 SYNC=${SYNC:-on}
 BACKLOG=${BACKLOG:-100000}
 
-DIR=$(mktemp -d /tmp/pgq-archive-bench.XXXXXX)
-chmod 755 "$DIR"
-chown postgres: "$DIR"
-as_pg() { runuser -u postgres -- "$@"; }
-stop() {
-	as_pg "$BIN/pg_ctl" -D "$DIR/data" -m fast stop >/dev/null 2>&1 || true
-	rm -rf "$DIR"
-}
-trap stop EXIT
-
-as_pg "$BIN/initdb" -D "$DIR/data" -A trust >/dev/null
-cat >>"$DIR/data/postgresql.conf" <<EOF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$DIR'
-shared_buffers = 256MB
-max_wal_size = 4GB
-synchronous_commit = $SYNC
-shared_preload_libraries = 'pgqueue'
-pgqueue.database = 'bench'
-EOF
-as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w start >/dev/null
-psql() { as_pg "$BIN/psql" -h "$DIR" -p "$PORT" -X -q -v ON_ERROR_STOP=1 "$@"; }
-psql -d postgres -c 'CREATE DATABASE bench'
-psql -d bench -c 'CREATE EXTENSION pgqueue' \
-	-c "SELECT pgq_configure('plain')" \
+HERE=$(cd "$(dirname "$0")" && pwd)
+NAME=archive
+EXTRA_CONF="max_wal_size = 4GB
+synchronous_commit = $SYNC"
+. "$HERE/server.sh"
+psql -d bench -c "SELECT pgq_configure('plain')" \
 	-c "SELECT pgq_configure('kept', retention => '1 day')" >/dev/null
 
 # one consumer script per queue (sys4_consume.sql with a queues filter)
