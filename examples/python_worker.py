@@ -25,7 +25,10 @@ def send_email(job: pgqueue.Job) -> None:
     to = job.payload.get("to") if isinstance(job.payload, dict) else None
     if not to:
         raise ValueError("payload has no 'to'")
-    print(f"job {job.id}: email to {to} (try {job.tries})", flush=True)
+    # one write with its newline: handlers run in threads, and print()
+    # writes the text and the newline separately
+    sys.stdout.write(f"job {job.id}: email to {to} (try {job.tries})\n")
+    sys.stdout.flush()
 
 
 for queue in sys.argv[1:] or ["emails"]:
