@@ -290,7 +290,7 @@ Datum
 pgq_retry_failed(PG_FUNCTION_ARGS)
 {
 	Oid			type = TEXTOID;
-	Datum		arg = CStringGetTextDatum(pgq_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES));
+	Datum		arg = PointerGetDatum(pgq_checked_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES));
 	uint64		n;
 
 	SPI_connect();
@@ -436,7 +436,7 @@ pgq_purge(PG_FUNCTION_ARGS)
 	int64		retention = 0;
 	int64		n;
 
-	args[0] = CStringGetTextDatum(pgq_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES));
+	args[0] = PointerGetDatum(pgq_checked_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES));
 	pgq_require(fcinfo, 1, "state");
 	state = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	for (s = 0; s < lengthof(purge_states); s++)

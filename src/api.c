@@ -205,11 +205,12 @@ pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname)
 }
 
 /*
- * A required text argument of 1 to maxbytes bytes, as a C string.
+ * A required text argument of 1 to maxbytes bytes, as the text it is (not
+ * detoasted beyond a short header: pass it on as a Datum or compare it).
  */
-char *
-pgq_text_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
-			 int maxbytes)
+text *
+pgq_checked_text_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+					 int maxbytes)
 {
 	text	   *t;
 	int			len;
@@ -227,7 +228,15 @@ pgq_text_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 				 errmsg("%s is too long", argname),
 				 errdetail("It is %d bytes long; the maximum is %d bytes.",
 						   len, maxbytes)));
-	return text_to_cstring(t);
+	return t;
+}
+
+/* The same, as a C string. */
+char *
+pgq_text_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+			 int maxbytes)
+{
+	return text_to_cstring(pgq_checked_text_arg(fcinfo, argno, argname, maxbytes));
 }
 
 /*
@@ -259,8 +268,7 @@ pgq_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 static text *
 pgq_key_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
-	(void) pgq_text_arg(fcinfo, argno, argname, PGQ_MAX_KEY_BYTES);
-	return PG_GETARG_TEXT_PP(argno);
+	return pgq_checked_text_arg(fcinfo, argno, argname, PGQ_MAX_KEY_BYTES);
 }
 
 /*
@@ -408,9 +416,9 @@ pgq_push_lower_at_commit(FunctionCallInfo fcinfo)
 Datum
 pgq_push(PG_FUNCTION_ARGS)
 {
-	char	   *queue = pgq_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES);
+	text	   *queue = pgq_checked_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES);
 	Jsonb	   *payload;
-	char	   *dedup_key = NULL;
+	text	   *dedup_key = NULL;
 	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
 	pg_uuid_t  *result = NULL;
 	Datum		args[6];
@@ -424,21 +432,21 @@ pgq_push(PG_FUNCTION_ARGS)
 		pgq_check_run_after(PG_GETARG_TIMESTAMPTZ(2));
 	pgq_require(fcinfo, 3, "priority");
 	if (!PG_ARGISNULL(4))
-		dedup_key = pgq_text_arg(fcinfo, 4, "dedup_key", PGQ_MAX_KEY_BYTES);
+		dedup_key = pgq_checked_text_arg(fcinfo, 4, "dedup_key", PGQ_MAX_KEY_BYTES);
 
 	pgq_uuid7(id);
 	args[0] = UUIDPGetDatum(id);
-	args[1] = CStringGetTextDatum(queue);
+	args[1] = PointerGetDatum(queue);
 	args[2] = JsonbPGetDatum(payload);
 	args[3] = PG_GETARG_DATUM(2);
 	nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
 	args[4] = PG_GETARG_DATUM(3);
-	args[5] = dedup_key ? CStringGetTextDatum(dedup_key) : (Datum) 0;
+	args[5] = PointerGetDatum(dedup_key);
 	nulls[5] = dedup_key ? ' ' : 'n';
 
 	if (dedup_key == NULL)
 	{
-		pgq_push_job(id, PG_GETARG_TEXT_PP(0), payload, !PG_ARGISNULL(2),
+		pgq_push_job(id, queue, payload, !PG_ARGISNULL(2),
 					 PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
 					 PG_GETARG_INT32(3));
 		result = id;
@@ -496,7 +504,7 @@ pgq_push(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not push job with dedup_key \"%s\": it kept conflicting with a concurrent job",
-							dedup_key),
+							text_to_cstring(dedup_key)),
 					 errhint("Retry the transaction.")));
 		pgq_spi_finish(nest);
 	}
@@ -517,6 +525,7 @@ pgq_push(PG_FUNCTION_ARGS)
 Datum
 pgq_push_batch(PG_FUNCTION_ARGS)
 {
+	text	   *queue = pgq_checked_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ArrayType  *payloads;
 	Datum	   *elems;
@@ -526,7 +535,6 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	int			n;
 	int			i;
 
-	(void) pgq_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES);	/* checks it */
 	pgq_require(fcinfo, 1, "payloads");
 	payloads = PG_GETARG_ARRAYTYPE_P(1);
 	if (ARR_NDIM(payloads) > 1)
@@ -565,7 +573,7 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 		pgq_uuid7(&idvals[i]);
 		iddatums[i] = UUIDPGetDatum(&idvals[i]);
 	}
-	pgq_push_jobs(idvals, elems, n, PG_GETARG_TEXT_PP(0), !PG_ARGISNULL(2),
+	pgq_push_jobs(idvals, elems, n, queue, !PG_ARGISNULL(2),
 				  PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
 				  PG_GETARG_INT32(3));
 
@@ -764,7 +772,7 @@ pgq_release(PG_FUNCTION_ARGS)
 	bool		isnull;
 	PgqLayout	layout;
 
-	args[0] = CStringGetTextDatum(pgq_text_arg(fcinfo, 0, "lock_key", PGQ_MAX_KEY_BYTES));
+	args[0] = PointerGetDatum(pgq_checked_text_arg(fcinfo, 0, "lock_key", PGQ_MAX_KEY_BYTES));
 
 	layout = pgq_layout();
 	SPI_connect();
@@ -855,7 +863,7 @@ pgq_configure(PG_FUNCTION_ARGS)
 	PgqLayout	layout = PG_NARGS() > 5 ? PGQ_V11 : PGQ_V10;
 	int64		retention = 0;
 
-	args[0] = CStringGetTextDatum(pgq_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES));
+	args[0] = PointerGetDatum(pgq_checked_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES));
 	pgq_optional_int_arg(fcinfo, 1, "weight", 1, 10000, &args[1], &nulls[1]);
 	pgq_optional_int_arg(fcinfo, 2, "max_in_flight", 0, PG_INT32_MAX, &args[2], &nulls[2]);
 	pgq_optional_int_arg(fcinfo, 3, "max_tries", 1, PG_INT32_MAX, &args[3], &nulls[3]);

@@ -295,6 +295,8 @@ extern int	pgq_max_items_arg(FunctionCallInfo fcinfo, int argno);
 extern int	pgq_spi_connect(void);
 extern void pgq_spi_finish(int nest);
 extern void pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern text *pgq_checked_text_arg(FunctionCallInfo fcinfo, int argno,
+								  const char *argname, int maxbytes);
 extern char *pgq_text_arg(FunctionCallInfo fcinfo, int argno,
 						  const char *argname, int maxbytes);
 extern int64 pgq_interval_usecs(Datum interval);
