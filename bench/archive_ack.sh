@@ -19,8 +19,6 @@
 # at the end.
 set -euo pipefail
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-BIN=$("$PG_CONFIG" --bindir)
 PORT=${PORT:-5520}
 ROUNDS=${ROUNDS:-3}
 SECS=${SECONDS_PER_ROUND:-15}

@@ -4,10 +4,13 @@
 #
 #   NAME=archive EXTRA_CONF='synchronous_commit = off' . "$HERE/server.sh"
 #
-# Reads BIN (the server's bindir), PORT, NAME (in the directory's name) and
-# EXTRA_CONF (lines added to postgresql.conf); sets DIR and defines as_pg
-# and psql; makes database bench with the extension created.
+# Reads PG_CONFIG (default Debian's PostgreSQL 15), PORT, NAME (in the
+# directory's name) and EXTRA_CONF (lines added to postgresql.conf); sets BIN
+# (the server's bindir) and DIR, defines as_pg and psql; makes database
+# bench with the extension created.
 
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+BIN=$("$PG_CONFIG" --bindir)
 DIR=$(mktemp -d "/tmp/pgq-$NAME-bench.XXXXXX")
 chmod 755 "$DIR"
 chown postgres: "$DIR"
