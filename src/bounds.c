@@ -66,7 +66,9 @@
  *	   held back a full walk visits every dead entry, so they take at most
  *	   1/PGQ_FULL_COST of one process's time.  The walk that finds one due
  *	   takes it (others keep using the bound) and records its duration
- *	   whatever becomes of its set.
+ *	   whatever becomes of its set.  A scheduling pass's full walk lasts
+ *	   to the end of the pass: the refresh that sets the bound only
+ *	   resets the queues' heads, the walks from them visit the entries.
  *
  * The paths, and how each keeps the invariant:
  *	 push, push_batch   SCHED: their jobs count when they commit: rule 3
@@ -186,6 +188,8 @@ pgq_bound_begin(PgqBoundId id, bool may_raise, PgqScan *scan)
 	scan->start = pgq_key_min;
 	scan->full = true;
 	scan->owns_full = false;
+	scan->walk_goes_on = false;
+	scan->entries = -1;
 	scan->raise = false;
 	scan->ticket = 0;
 	if (slot == NULL)
@@ -225,11 +229,9 @@ pgq_bound_end(PgqScan *scan, PgqKey first)
 {
 	PgqDbSlot  *slot = pgq_my_slot();
 	PgqBoundState *st;
-	TimestampTz now;
 
 	if (slot == NULL)
 		return;
-	now = GetCurrentTimestamp();
 	st = &slot->bounds[scan->id];
 	SpinLockAcquire(&slot->bound_mutex);
 	if (scan->raise && st->sets == scan->ticket)
@@ -246,20 +248,46 @@ pgq_bound_end(PgqScan *scan, PgqKey first)
 		if (pgq_key_cmp(&first, &st->low) < 0)
 			st->low = first;
 	}
-	if (scan->owns_full)
-	{
-		int64		took = Max(now - scan->began, 0);
-		int64		wait = took * PGQ_FULL_COST;
+	SpinLockRelease(&slot->bound_mutex);
+	if (!scan->walk_goes_on)
+		pgq_bound_full_done(scan);
+}
 
-		wait = Max(wait, PGQ_FULL_CHECK_MS * INT64CONST(1000));
-		wait = Min(wait, PGQ_FULL_MAX_MS * INT64CONST(1000));
-		st->next_full = now + wait;
-		SpinLockRelease(&slot->bound_mutex);
+/*
+ * The walk begun with pgq_bound_begin is over: if it was the full walk that
+ * was due, the next one is due PGQ_FULL_COST times its duration from now
+ * (rule 7).  pgq_bound_end calls it, unless scan->walk_goes_on: the walk
+ * goes on after its result was stored (a scheduling pass sets the SCHED
+ * bound from the heads it starts from, then walks from them), and its
+ * caller calls this when it ends, so that the spacing counts the walk.
+ */
+void
+pgq_bound_full_done(PgqScan *scan)
+{
+	PgqDbSlot  *slot;
+	PgqBoundState *st;
+	TimestampTz now;
+	int64		took;
+	int64		wait;
+
+	if (!scan->owns_full || (slot = pgq_my_slot()) == NULL)
+		return;
+	scan->owns_full = false;
+	now = GetCurrentTimestamp();
+	took = Max(now - scan->began, 0);
+	wait = took * PGQ_FULL_COST;
+	wait = Max(wait, PGQ_FULL_CHECK_MS * INT64CONST(1000));
+	wait = Min(wait, PGQ_FULL_MAX_MS * INT64CONST(1000));
+	st = &slot->bounds[scan->id];
+	SpinLockAcquire(&slot->bound_mutex);
+	st->next_full = now + wait;
+	SpinLockRelease(&slot->bound_mutex);
+	if (scan->entries >= 0)
+		elog(DEBUG1, "pgqueue: full walk of the %s bound took " INT64_FORMAT " us; the next in " INT64_FORMAT " ms; " INT64_FORMAT " index entries read",
+			 pgq_bound_names[scan->id], took, wait / 1000, scan->entries);
+	else
 		elog(DEBUG1, "pgqueue: full walk of the %s bound took " INT64_FORMAT " us; the next in " INT64_FORMAT " ms",
 			 pgq_bound_names[scan->id], took, wait / 1000);
-		return;
-	}
-	SpinLockRelease(&slot->bound_mutex);
 }
 
 /* Rule 3: lower bound id to key when the current transaction commits. */

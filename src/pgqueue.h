@@ -129,6 +129,8 @@ typedef struct PgqScan
 	PgqKey		start;			/* where to start the walk */
 	bool		full;			/* from the start: the bound is not used */
 	bool		owns_full;		/* this walk took the full walk that was due */
+	bool		walk_goes_on;	/* pgq_bound_full_done is the caller's */
+	int64		entries;		/* index entries it read, if counted (-1: not) */
 	bool		raise;			/* its result may raise the bound */
 	uint64		ticket;
 	TimestampTz began;
@@ -177,6 +179,7 @@ extern int	pgq_key_cmp(const PgqKey *a, const PgqKey *b);
 extern PgqKey pgq_time_key(TimestampTz ts);
 extern void pgq_bound_begin(PgqBoundId id, bool may_raise, PgqScan *scan);
 extern void pgq_bound_end(PgqScan *scan, PgqKey first);
+extern void pgq_bound_full_done(PgqScan *scan);
 extern void pgq_bound_lower_at_commit(PgqBoundId id, PgqKey key);
 extern void pgq_bound_hold(PgqBoundId id);
 extern void pgq_bounds_at_xact_end(bool commit);

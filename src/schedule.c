@@ -66,6 +66,7 @@
 #include "fmgr.h"
 #include "lib/pairingheap.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -537,6 +538,17 @@ pgq_walk_begin(PassRels *r, text *qname, const QueuePos *pos, bool after,
 	return scan;
 }
 
+/*
+ * Index entries the scans of idx returned to this backend so far, by its
+ * pending statistics (0 when none are counted): the difference over a pass
+ * is what its walks read, visible rows or not.
+ */
+static int64
+pgq_index_entries_read(Relation idx)
+{
+	return idx->pgstat_info != NULL ? idx->pgstat_info->t_counts.t_tuples_returned : 0;
+}
+
 /* The job row after it is taken: 'scheduled', one version more. */
 static void
 pgq_take_build(PgqTable *t, void *arg)
@@ -780,6 +792,7 @@ pgq_schedule_pass(int max_items)
 	bool		refresh;
 	uint64		gen;
 	int			moved = 0;
+	int64		entries_before;
 	PassStates	states;
 	QueueState *q;
 
@@ -791,6 +804,7 @@ pgq_schedule_pass(int max_items)
 
 	/* read before the snapshot: the bound (bounds.c), the notes, the settings */
 	pgq_bound_begin(PGQ_BOUND_SCHED, true, &scan);
+	scan.walk_goes_on = true;	/* the walks from the heads are the pass's */
 	nnotes = pgq_read_ready_notes(&notes_pos, &names, &keys);
 	nown = pgq_own_ready(&own_names, &own_keys);
 	gen = pgq_settings_generation();
@@ -803,6 +817,7 @@ pgq_schedule_pass(int max_items)
 	r.sched_idx = index_open(pgq_relid(RelationGetNamespace(r.w.job.rel), "queue_scheduled_idx"),
 							 AccessShareLock);
 	r.slot = table_slot_create(r.w.job.rel, NULL);
+	entries_before = pgq_index_entries_read(r.ready_idx);
 	states.pending = DatumGetObjectId(pgq_state_datum(&r.w.job, "pending"));
 	states.retry = DatumGetObjectId(pgq_state_datum(&r.w.job, "retry"));
 	states.scheduled = pgq_state_datum(&r.w.job, "scheduled");
@@ -914,6 +929,16 @@ pgq_schedule_pass(int max_items)
 			}
 		}
 	}
+
+	/*
+	 * A full walk's cost is that of the walks from the heads it reset, not
+	 * of the refresh (one descent per queue name): while VACUUM is held
+	 * back they visit every entry left since, and the next full walk is
+	 * spaced by what this one cost (bounds.c, rule 7).
+	 */
+	if (scan.owns_full)
+		scan.entries = pgq_index_entries_read(r.ready_idx) - entries_before;
+	pgq_bound_full_done(&scan);
 
 	/* a view from a transaction snapshot is older than the notes it read */
 	if (IsolationUsesXactSnapshot())
