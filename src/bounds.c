@@ -122,7 +122,7 @@
 #include "shmem.h"
 
 #define PGQ_FULL_CHECK_MS	1000
-#define PGQ_FULL_COST		20
+#define PGQ_FULL_COST		100
 #define PGQ_FULL_MAX_MS		30000
 
 static const char *const pgq_bound_names[PGQ_NUM_BOUNDS] = {"READY", "LEASE", "SCHED"};
