@@ -191,7 +191,8 @@ class Bench:
 
     def systems_for(self, workload):
         keys = self.wl_systems.get(workload)
-        return [s for s in self.systems if keys is None or s.key in keys]
+        return [s for s in self.systems if (keys is None or s.key in keys)
+                and (s.workloads is None or workload in s.workloads)]
 
     def rounds(self, workload, case, n_rounds, fn_for_system):
         for rnd in range(1, n_rounds + 1):
@@ -346,6 +347,8 @@ class Bench:
             time.sleep(max(0.0, h0 + hold - time.monotonic()))
             dead = sysobj.dead_tuples(self.admin)
             size = sysobj.total_size(self.admin)
+            dead_x = sysobj.dead_exact(self.admin) if self.has_pgstattuple else None
+            ring = sysobj.slots(self.admin) if hasattr(sysobj, "slots") else None
             if holder is not None:
                 holder.commit()
             h1 = time.monotonic()
@@ -370,6 +373,7 @@ class Bench:
             p + "after_jobs_per_s": rate(h1, h1 + after_w),
             p + "dead_tuples": dead,
             p + "size_mb": size / 1048576.0,
+            p + "dead_exact": dead_x,
         }
         # every whole window of the hold, for the per-window ratios to the control
         n_w = int(hold // window)
@@ -377,6 +381,7 @@ class Bench:
         extra = {"pushes": pushes, "left": sysobj.remaining(self.admin),
                  "hold_s": round(h1 - h0, 1), "window_s": window, "after_window_s": after_w,
                  "windows_jobs_per_s": windows,
+                 "ring_at_end": ring,
                  "loadavg_end": loadavg()}
         return metrics, extra
 
@@ -611,6 +616,13 @@ class Bench:
 
     # -- setup -----------------------------------------------------------------
     def setup_systems(self, keys):
+        try:
+            self.admin.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+            self.has_pgstattuple = True
+        except Exception as e:  # noqa: BLE001 - the exact dead-tuple count is then left out
+            log("pgstattuple not available (%s): no exact dead-tuple counts in (f)" % e)
+            self.admin = self.reconnect(self.admin)
+            self.has_pgstattuple = False
         for k in keys:
             cls = systems.ALL[k]
             if k == "4" and not self.prepare_pgqueue():

@@ -10,8 +10,9 @@ import json
 import statistics
 import sys
 
-NAMES = {"sys1": "sys1", "sys2": "sys2", "sys3": "sys3", "sys4": "pgqueue"}
-ORDER = ["sys1", "sys2", "sys3", "sys4"]
+NAMES = {"sys1": "sys1", "sys2": "sys2", "sys3": "sys3", "sys4": "pgqueue", "sys5": "sys5 (rotating)",
+         "sys6": "sys6 (moving)"}
+ORDER = ["sys1", "sys2", "sys3", "sys4", "sys5", "sys6"]
 
 # metric -> (column label, True when higher is better, whether a ratio means anything)
 METRICS = {
@@ -26,6 +27,7 @@ METRICS = {
     "after_jobs_per_s": ("after the hold, {a} s, jobs/s", True, True),
     "dead_tuples": ("dead tuples at end of hold", False, True),
     "size_mb": ("table+index MB at end of hold", False, True),
+    "dead_exact": ("dead tuples at end of hold, exact (pgstattuple)", False, True),
     # (f)'s control: the same load, no snapshot held, measured over the same windows
     "ctl_before_jobs_per_s": ("before (same window), jobs/s", True, True),
     "ctl_hold_first_jobs_per_s": ("the hold's first {w} s window, jobs/s", True, True),
@@ -33,6 +35,7 @@ METRICS = {
     "ctl_after_jobs_per_s": ("the {a} s after, jobs/s", True, True),
     "ctl_dead_tuples": ("dead tuples when the hold would end", False, True),
     "ctl_size_mb": ("table+index MB when the hold would end", False, True),
+    "ctl_dead_exact": ("dead tuples when the hold would end, exact (pgstattuple)", False, True),
     # hold / control, window by window (computed by the report)
     "kept_first": ("hold first {w} s ÷ no hold, same window", True, True),
     "kept_last": ("hold last {w} s ÷ no hold, same window", True, True),
@@ -98,8 +101,9 @@ def describe(w, conf, meta):
         return ("As (a), for %d s of warm-up, then another session opens a REPEATABLE READ transaction, "
                 "takes its snapshot with a SELECT and holds it for %d s, then commits; the load goes on "
                 "for %d s more. Throughput over windows from samples, every 0.5 s, of the deletes from the job "
-                "table; dead tuples (pg_stat_user_tables.n_dead_tup) and pg_total_relation_size of the "
-                "system's tables just before the holding transaction ends. Right before each hold the "
+                "table; dead tuples (pg_stat_user_tables.n_dead_tup, an estimate, and an exact count of "
+                "dead row versions by pgstattuple over every heap, partitions included) and "
+                "pg_total_relation_size of the system's tables just before the holding transaction ends. Right before each hold the "
                 "same system runs the same load for the same time without holding a snapshot (the "
                 "control, also from an emptied system), measured over the same windows: \"normal\" at "
                 "the same point of a run, since the first seconds from an empty queue are faster than "
@@ -482,7 +486,8 @@ def goals(grouped, meta):
             low >= 0.9, "%d rounds" % fw["rounds"])
     else:
         row("(f) every 20 s window of the hold ÷ same window of control", "≥ 0.90", "-", None)
-    for m, label in (("dead_tuples", "dead tuples"), ("size_mb", "table+index size")):
+    for m, label in (("dead_tuples", "dead tuples"), ("dead_exact", "dead tuples, exact (pgstattuple)"),
+                     ("size_mb", "table+index size")):
         h4 = med("f", "snapshot held", "sys4", m)
         h1 = med("f", "snapshot held", "sys1", m)
         cmp_ratio("(f) %s at the end of the hold: pgqueue ÷ sys1" % label, h4, h1, 2.0, minimum=False,

@@ -55,7 +55,7 @@ done
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 
 [[ $ONLY =~ ^[a-g](,[a-g])*$ ]] || { echo "run.sh: --only takes workloads a-g, e.g. a,c" >&2; exit 2; }
-[[ $SYSTEMS =~ ^(sys)?[1-4](,(sys)?[1-4])*$ ]] || { echo "run.sh: --systems takes 1-4, e.g. 1,2,4" >&2; exit 2; }
+[[ $SYSTEMS =~ ^(sys)?[1-6](,(sys)?[1-6])*$ ]] || { echo "run.sh: --systems takes 1-6, e.g. 1,2,4" >&2; exit 2; }
 mkdir -p "$(dirname "$OUT")" || { echo "run.sh: cannot create the directory of $OUT" >&2; exit 2; }
 
 # ---------------------------------------------------------------- packages

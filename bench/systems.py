@@ -46,6 +46,7 @@ class System:
     tables = ()         # all of the system's tables (truncate, vacuum, sizes)
     has_leases = True
     in_flight_note = ""
+    workloads = None    # the workloads it runs (None: all)
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -166,6 +167,21 @@ class System:
 
     def total_size(self, conn):
         return scalar(conn, "SELECT sum(pg_total_relation_size(t))::bigint FROM unnest(%s::regclass[]) t",
+                      (list(self.tables),))
+
+    def dead_exact(self, conn):
+        """Dead row versions in the tables' heaps (every partition's), counted
+        by pgstattuple's scan: n_dead_tup is an estimate from the statistics,
+        and counts that backends flush after a TRUNCATE reset them stay on
+        the emptied table until its next VACUUM or TRUNCATE."""
+        return scalar(conn, """
+            WITH t AS (SELECT r, (SELECT relkind FROM pg_class WHERE oid = r) AS kind
+                         FROM unnest(%s::regclass[]) r),
+                 heaps AS (SELECT r FROM t WHERE kind <> 'p'
+                           UNION ALL
+                           SELECT l.relid FROM t, LATERAL pg_partition_tree(t.r) l
+                            WHERE t.kind = 'p' AND l.isleaf)
+            SELECT coalesce(sum((pgstattuple(r)).dead_tuple_count), 0)::bigint FROM heaps""",
                       (list(self.tables),))
 
     # -- backlog -----------------------------------------------------------
@@ -414,5 +430,85 @@ class Sys4(System):
         return got
 
 
-ALL = {"1": Sys1, "2": Sys2, "3": Sys3, "4": Sys4}
-NAMES = {"sys1": "sys1", "sys2": "sys2", "sys3": "sys3", "sys4": "pgqueue"}
+class Sys5(System):
+    """An experiment for issue 13 (f): sys1 on rotating, truncated partitions
+    (bench/ROTATION.md).  Only the steady-state workloads (a) and (f)."""
+    key = "sys5"
+    title = ("EXPERIMENT: sys1's lease queue on a ring of LIST partitions, rotated every 5,000 jobs and "
+             "truncated when drained (bench/ROTATION.md)")
+    schema = "sys5"
+    job_table = "sys5.jobs"
+    tables = ("sys5.jobs", "sys5.ring")
+    workloads = ("a", "f")
+    background_call = "CALL sys5.rotator_loop(5000, 0.1)"
+
+    @property
+    def leaves(self):
+        """The heaps: every partition of jobs, and ring."""
+        return ("SELECT relid FROM pg_partition_tree('%s.jobs') WHERE isleaf "
+                "UNION ALL SELECT '%s.ring'::regclass" % (self.schema, self.schema))
+
+    def truncate(self, conn, attempts=5):
+        conn.execute("SET lock_timeout = '60s'")
+        try:
+            conn.execute("SELECT %s.reset()" % self.schema)
+        finally:
+            conn.execute("RESET lock_timeout")
+
+    def deletes(self, conn):
+        return scalar(conn, "SELECT coalesce(sum(pg_stat_get_tuples_deleted(relid)), 0)::bigint "
+                            "FROM pg_partition_tree('%s.jobs') WHERE isleaf" % self.schema)
+
+    def dead_tuples(self, conn):
+        return scalar(conn, "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables "
+                            "WHERE relid IN (%s)" % self.leaves)
+
+    def total_size(self, conn):
+        return scalar(conn, "SELECT sum(pg_total_relation_size(relid))::bigint FROM (%s) t" % self.leaves)
+
+    def slots(self, conn):
+        """The ring at the end of a run: how many partitions, in which state."""
+        return dict(conn.execute("SELECT state, count(*) FROM %s.ring GROUP BY state"
+                                 % self.schema).fetchall())
+
+    def claim_one(self, conn, lock_key, blocking=False):
+        row = conn.execute("SELECT slot, id FROM %s.claim('30 seconds')" % self.schema).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def ack(self, conn, job_id, lock_key):
+        conn.execute("SELECT %s.ack(%%s, %%s)" % self.schema, job_id)
+
+    def hold_in_flight(self, conn, n, batch=100):
+        got = 0
+        while got < n:
+            rows = conn.execute("SELECT id FROM %s.claim('1 hour', %%s)" % self.schema,
+                                (min(batch, n - got),)).fetchall()
+            if not rows:
+                break
+            got += len(rows)
+        return got
+
+
+class Sys6(Sys5):
+    """sys5 in copy mode: the live rows move to a new slot when the dead
+    tuples of the current one pile up (bench/ROTATION.md).  Its own schema,
+    sys6, made from sys5's script."""
+    key = "sys6"
+    title = ("EXPERIMENT: sys5 in copy mode: live rows move to a new partition when the current one's "
+             "dead tuples reach both 5,000 and its live rows; the old one is truncated (bench/ROTATION.md)")
+    schema = "sys6"
+    job_table = "sys6.jobs"
+    tables = ("sys6.jobs", "sys6.ring")
+    background_call = "CALL sys6.rotator_loop(5000, 0.1, copy => true)"
+
+    def script(self, role):
+        return os.path.join(SQL_DIR, "sys5_%s.sql" % role)
+
+    def setup(self, conn):
+        with open(os.path.join(SQL_DIR, "sys5_schema.sql")) as f:
+            conn.execute(f.read().replace("sys5", "sys6"))
+
+
+ALL = {"1": Sys1, "2": Sys2, "3": Sys3, "4": Sys4, "5": Sys5, "6": Sys6}
+NAMES = {"sys1": "sys1", "sys2": "sys2", "sys3": "sys3", "sys4": "pgqueue", "sys5": "sys5 (rotating)",
+         "sys6": "sys6 (moving)"}
