@@ -229,9 +229,19 @@ class System:
     def ack(self, conn, job_id, lock_key):
         raise NotImplementedError
 
+    def claim_held(self, conn, k):
+        """Claim up to k jobs under a 1 hour lease; returns the rows."""
+        raise NotImplementedError
+
     def hold_in_flight(self, conn, n, batch=100):
         """Claim n jobs under a 1 hour lease and never ack them."""
-        raise NotImplementedError
+        got = 0
+        while got < n:
+            rows = self.claim_held(conn, min(batch, n - got))
+            if not rows:
+                break
+            got += len(rows)
+        return got
 
 
 # "{op}" is "=" for one job; "= ANY (ARRAY" ... "))" for a batch (see
@@ -262,14 +272,8 @@ class Sys1(System):
     def ack(self, conn, job_id, lock_key):
         conn.execute("DELETE FROM jobs WHERE id = %s", (job_id,))
 
-    def hold_in_flight(self, conn, n, batch=100):
-        got = 0
-        while got < n:
-            rows = conn.execute(CLAIM_SYS1.format(**MANY), ("1 hour", min(batch, n - got))).fetchall()
-            if not rows:
-                break
-            got += len(rows)
-        return got
+    def claim_held(self, conn, k):
+        return conn.execute(CLAIM_SYS1.format(**MANY), ("1 hour", k)).fetchall()
 
 
 class Sys2(System):
@@ -296,14 +300,8 @@ RETURNING id, payload"""
     def ack(self, conn, job_id, lock_key):
         pass  # the claim already deleted it
 
-    def hold_in_flight(self, conn, n, batch=100):
-        got = 0
-        while got < n:
-            rows = conn.execute(self.CLAIM.format(**MANY), (min(batch, n - got),)).fetchall()
-            if not rows:
-                break
-            got += len(rows)
-        return got
+    def claim_held(self, conn, k):
+        return conn.execute(self.CLAIM.format(**MANY), (k,)).fetchall()
 
 
 class Sys3(System):
@@ -338,14 +336,8 @@ SELECT c.id, q.payload FROM claimed c JOIN queue q ON q.id = c.id"""
     def ack(self, conn, job_id, lock_key):
         conn.execute("DELETE FROM queue WHERE id = %s", (job_id,))
 
-    def hold_in_flight(self, conn, n, batch=100):
-        got = 0
-        while got < n:
-            rows = conn.execute(self.CLAIM.format(**MANY), ("1 hour", min(batch, n - got))).fetchall()
-            if not rows:
-                break
-            got += len(rows)
-        return got
+    def claim_held(self, conn, k):
+        return conn.execute(self.CLAIM.format(**MANY), ("1 hour", k)).fetchall()
 
 
 class Sys4(System):
@@ -419,15 +411,8 @@ class Sys4(System):
         if not ok:
             raise RuntimeError("pgq_ack(%s, %s) returned %r" % (job_id, lock_key, ok))
 
-    def hold_in_flight(self, conn, n, batch=100):
-        got = 0
-        while got < n:
-            rows = conn.execute("SELECT id FROM pgq_claim('bench-holder', %s, '1 hour')",
-                                (min(batch, n - got),)).fetchall()
-            if not rows:
-                break
-            got += len(rows)
-        return got
+    def claim_held(self, conn, k):
+        return conn.execute("SELECT id FROM pgq_claim('bench-holder', %s, '1 hour')", (k,)).fetchall()
 
 
 class Sys5(System):
@@ -478,15 +463,8 @@ class Sys5(System):
     def ack(self, conn, job_id, lock_key):
         conn.execute("SELECT %s.ack(%%s, %%s)" % self.schema, job_id)
 
-    def hold_in_flight(self, conn, n, batch=100):
-        got = 0
-        while got < n:
-            rows = conn.execute("SELECT id FROM %s.claim('1 hour', %%s)" % self.schema,
-                                (min(batch, n - got),)).fetchall()
-            if not rows:
-                break
-            got += len(rows)
-        return got
+    def claim_held(self, conn, k):
+        return conn.execute("SELECT id FROM %s.claim('1 hour', %%s)" % self.schema, (k,)).fetchall()
 
 
 class Sys6(Sys5):
