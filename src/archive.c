@@ -502,8 +502,10 @@ pgq_archive_drop_expired(void *arg)
 
 /*
  * Run a step of the upkeep in a subtransaction: an error is reported (as
- * a WARNING, or DEBUG1 for a lock not obtained in time) and rolled back,
- * and the caller goes on.  A query cancel is thrown on.
+ * a WARNING, or DEBUG1 for a lock not obtained in time or a serialization
+ * failure, which the next try a minute later does not meet: the latter
+ * when pgq_schedule runs in a user's SERIALIZABLE transaction) and rolled
+ * back, and the caller goes on.  A query cancel is thrown on.
  */
 static void
 pgq_archive_try(void (*fn) (void *), void *arg, const char *what)
@@ -512,7 +514,8 @@ pgq_archive_try(void (*fn) (void *), void *arg, const char *what)
 
 	if (edata == NULL)
 		return;
-	ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? DEBUG1 : WARNING,
+	ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? DEBUG1 : WARNING,
 			(errcode(edata->sqlerrcode),
 			 errmsg("could not %s: %s", what, edata->message),
 			 errhint("The upkeep tries again within a minute.")));
