@@ -625,6 +625,11 @@ def render(meta, results):
 
 
 def main():
+    if len(sys.argv) > 3 or any(a in ("-h", "--help") for a in sys.argv[1:]):
+        sys.stderr.write("usage: report.py [RESULTS.jsonl [OUT.md]]\n"
+                         "Renders RESULTS.jsonl (and RESULTS.jsonl.meta.json beside it) as the\n"
+                         "report bench/run.sh writes; to OUT.md, or to standard output.\n")
+        sys.exit(0 if len(sys.argv) == 2 else 2)
     raw = sys.argv[1] if len(sys.argv) > 1 else "bench/results.jsonl"
     out = sys.argv[2] if len(sys.argv) > 2 else None
     with open(raw + ".meta.json") as f:
