@@ -410,7 +410,12 @@ pgq_xact_callback(XactEvent event, void *arg)
 			if ((pending_wake != 0 || pending_claimable > 0) &&
 				(slot = pgq_my_slot()) != NULL)
 			{
-				if (pending_wake & PGQ_WAKE_SCHEDULER)
+				/*
+				 * A scheduler with pgqueue.enabled off schedules nothing:
+				 * do not wake it at every push.  When the setting comes
+				 * back on, the scheduler's reload is followed by a pass.
+				 */
+				if ((pending_wake & PGQ_WAKE_SCHEDULER) && pgqueue_enabled)
 				{
 					int			procno = slot->scheduler_procno;
 
