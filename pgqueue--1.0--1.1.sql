@@ -25,6 +25,39 @@ UPDATE pgqueue.work_queue w
  WHERE q.id = w.id;
 
 /*
+ * Slots (see pgqueue--1.1.sql): each table becomes the slot 0 partition of
+ * a new parent of the same name, LIST-partitioned by a new slot column
+ * (added with a constant default: no rewrite).  The table keeps its rows
+ * and its indexes, renamed after the slot as a fresh install names them;
+ * the attach reads the rows once to check the partition constraint.
+ */
+ALTER TABLE pgqueue.queue RENAME TO queue_0;
+ALTER TABLE pgqueue.queue_0 ADD COLUMN slot int NOT NULL DEFAULT 0;
+ALTER TABLE pgqueue.queue_0 RENAME CONSTRAINT queue_pkey TO queue_0_pkey;
+ALTER INDEX pgqueue.queue_ready_idx RENAME TO queue_0_ready_idx;
+ALTER INDEX pgqueue.queue_scheduled_idx RENAME TO queue_0_scheduled_idx;
+ALTER INDEX pgqueue.queue_dedup_idx RENAME TO queue_0_dedup_idx;
+-- The dead letters of a queue (pgq_retry_failed, pgq_purge).
+CREATE INDEX queue_0_failed_idx ON pgqueue.queue_0 (queue)
+    WHERE state = 'failed';
+ALTER TABLE pgqueue.work_queue RENAME TO work_queue_0;
+ALTER TABLE pgqueue.work_queue_0 ADD COLUMN slot int NOT NULL DEFAULT 0;
+ALTER TABLE pgqueue.work_queue_0 RENAME CONSTRAINT work_queue_pkey TO work_queue_0_pkey;
+ALTER INDEX pgqueue.work_queue_ready_idx RENAME TO work_queue_0_ready_idx;
+ALTER INDEX pgqueue.work_queue_queue_ready_idx RENAME TO work_queue_0_queue_ready_idx;
+ALTER INDEX pgqueue.work_queue_lease_idx RENAME TO work_queue_0_lease_idx;
+
+-- the parents: the slots' columns, in their order, with their defaults
+CREATE TABLE pgqueue.queue (LIKE pgqueue.queue_0 INCLUDING DEFAULTS)
+    PARTITION BY LIST (slot);
+CREATE TABLE pgqueue.work_queue (LIKE pgqueue.work_queue_0 INCLUDING DEFAULTS)
+    PARTITION BY LIST (slot);
+ALTER TABLE pgqueue.queue ATTACH PARTITION pgqueue.queue_0 FOR VALUES IN (0);
+ALTER TABLE pgqueue.work_queue ATTACH PARTITION pgqueue.work_queue_0 FOR VALUES IN (0);
+REVOKE ALL ON pgqueue.queue, pgqueue.work_queue FROM PUBLIC;
+GRANT SELECT ON pgqueue.queue, pgqueue.work_queue TO pgqueue_admin;
+
+/*
  * One row per unfinished job, merged from both tables: the current truth
  * (while a job is in work_queue, its tries live there).  state is the job's,
  * except that a job in work_queue is 'running' while a live lease holds it
@@ -60,17 +93,13 @@ ALTER FUNCTION pgq_nack(uuid, text, text, interval) RESET ALL;
 
 /*
  * Operating pgqueue: a retention per queue (last column, as in a fresh
- * install), the index of the dead letters, the archive, the marks of
- * periodic jobs, and pg_dump of the user's data (1.0 did not mark its
- * tables, so a dump brought back no jobs).
+ * install), the archive, the marks of periodic jobs, and pg_dump of the
+ * user's data (1.0 did not mark its tables, so a dump brought back no
+ * jobs).  The index of the dead letters is made with the slots, above.
  */
 ALTER TABLE pgqueue.queues
     ADD COLUMN retention interval NOT NULL DEFAULT '0'
                CHECK (retention >= '0' AND retention <= '365 days');
-
--- The dead letters of a queue (pgq_retry_failed, pgq_purge).
-CREATE INDEX queue_failed_idx ON pgqueue.queue (queue)
-    WHERE state = 'failed';
 
 /*
  * Finished jobs of the queues that have a retention (pgq_configure), written
@@ -128,6 +157,8 @@ CREATE TABLE pgqueue.periodic (
  */
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.work_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue_0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.work_queue_0', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.archive', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.periodic', '');

@@ -52,11 +52,11 @@ CREATE TABLE pgqueue.queues (
  * without a delay is due at its push time, which also makes it the "age"
  * the scheduler orders by within a priority.
  *
- * fillfactor leaves room on each page so that the claim's update of
- * tries/version (no indexed column changes) can be HOT.
+ * fillfactor (a slot's, below) leaves room on each page so that the
+ * claim's update of tries/version (no indexed column changes) can be HOT.
  */
 CREATE TABLE pgqueue.queue (
-    id          uuid PRIMARY KEY,
+    id          uuid NOT NULL,
     created     timestamptz NOT NULL DEFAULT now(),
     version     int NOT NULL DEFAULT 0,
     queue       text NOT NULL,
@@ -66,26 +66,9 @@ CREATE TABLE pgqueue.queue (
     run_after   timestamptz NOT NULL DEFAULT now(),
     payload     jsonb NOT NULL DEFAULT '{}',
     dedup_key   text,
-    last_error  text
-) WITH (fillfactor = 80);
-
--- What the scheduling pass reads: ready jobs per queue, best first.  The
--- priority is negated (as bigint: -(-2^31) does not fit an int) rather than
--- DESC so that the pass can start each queue's walk at a key
--- (-priority, run_after) with a row comparison (see src/schedule.c).
-CREATE INDEX queue_ready_idx ON pgqueue.queue (queue, (-(priority::bigint)), run_after, id)
-    WHERE state IN ('pending', 'retry');
--- How many jobs of a queue sit in work_queue (max_in_flight).
-CREATE INDEX queue_scheduled_idx ON pgqueue.queue (queue)
-    WHERE state = 'scheduled';
--- At most one live job per (queue, dedup_key); failed jobs do not count.
-CREATE UNIQUE INDEX queue_dedup_idx ON pgqueue.queue (queue, dedup_key)
-    WHERE dedup_key IS NOT NULL AND state <> 'failed';
--- The dead letters of a queue (pgq_retry_failed, pgq_purge): only failed
--- jobs are in it, and state is already in the other indexes' predicates,
--- so no update that was HOT stops being HOT.
-CREATE INDEX queue_failed_idx ON pgqueue.queue (queue)
-    WHERE state = 'failed';
+    last_error  text,
+    slot        int NOT NULL DEFAULT 0  -- last, as ALTER TABLE adds it in an update from 1.0
+) PARTITION BY LIST (slot);
 
 /*
  * What the scheduler released to workers.  queue is a copy of the job's
@@ -101,7 +84,7 @@ CREATE INDEX queue_failed_idx ON pgqueue.queue (queue)
  * rows itself (one fewer check per job scheduled, one fewer query per ack).
  */
 CREATE TABLE pgqueue.work_queue (
-    id           uuid PRIMARY KEY,
+    id           uuid NOT NULL,
     queue        text NOT NULL,
     created      timestamptz NOT NULL DEFAULT now(),
     version      int NOT NULL DEFAULT 0,
@@ -109,14 +92,54 @@ CREATE TABLE pgqueue.work_queue (
     started      timestamptz,
     lock_key     text,
     lock_timeout timestamptz,
-    tries        int NOT NULL DEFAULT 0  -- last, as ALTER TABLE adds it in an update from 1.0
-) WITH (fillfactor = 70);
+    tries        int NOT NULL DEFAULT 0,  -- last two, as ALTER TABLE adds them in an update from 1.0
+    slot         int NOT NULL DEFAULT 0
+) PARTITION BY LIST (slot);
 
-CREATE INDEX work_queue_ready_idx ON pgqueue.work_queue (created, batch_order)
+/*
+ * The slots: both tables are partitioned by slot (LIST), one partition a
+ * slot, so that a slot whose rows are all finished can be given back whole
+ * (TRUNCATE) instead of row by row through VACUUM, which a long snapshot
+ * holds back (bench/ROTATION.md).  This version has one slot per table,
+ * slot 0, made here as a member of the extension; the per-job calls write
+ * it directly (src/tables.c), the other statements go through the parents.
+ *
+ * Each slot carries its own primary key and indexes, named after it
+ * (queue_0_ready_idx is slot 0's queue_ready_idx); the parents have none.
+ * Partitioned indexes on the parents would break pg_dump of a slot made
+ * at run time (see pgqueue.archive below).  A job's id is unique across
+ * slots because the API makes every id and moves a row from one slot to
+ * another only by deleting it where it was.
+ */
+CREATE TABLE pgqueue.queue_0 PARTITION OF pgqueue.queue FOR VALUES IN (0)
+    WITH (fillfactor = 80);
+ALTER TABLE pgqueue.queue_0 ADD CONSTRAINT queue_0_pkey PRIMARY KEY (id);
+-- What the scheduling pass reads: ready jobs per queue, best first.  The
+-- priority is negated (as bigint: -(-2^31) does not fit an int) rather than
+-- DESC so that the pass can start each queue's walk at a key
+-- (-priority, run_after) with a row comparison (see src/schedule.c).
+CREATE INDEX queue_0_ready_idx ON pgqueue.queue_0 (queue, (-(priority::bigint)), run_after, id)
+    WHERE state IN ('pending', 'retry');
+-- How many jobs of a queue sit in work_queue (max_in_flight).
+CREATE INDEX queue_0_scheduled_idx ON pgqueue.queue_0 (queue)
+    WHERE state = 'scheduled';
+-- At most one live job per (queue, dedup_key); failed jobs do not count.
+CREATE UNIQUE INDEX queue_0_dedup_idx ON pgqueue.queue_0 (queue, dedup_key)
+    WHERE dedup_key IS NOT NULL AND state <> 'failed';
+-- The dead letters of a queue (pgq_retry_failed, pgq_purge): only failed
+-- jobs are in it, and state is already in the other indexes' predicates,
+-- so no update that was HOT stops being HOT.
+CREATE INDEX queue_0_failed_idx ON pgqueue.queue_0 (queue)
+    WHERE state = 'failed';
+
+CREATE TABLE pgqueue.work_queue_0 PARTITION OF pgqueue.work_queue FOR VALUES IN (0)
+    WITH (fillfactor = 70);
+ALTER TABLE pgqueue.work_queue_0 ADD CONSTRAINT work_queue_0_pkey PRIMARY KEY (id);
+CREATE INDEX work_queue_0_ready_idx ON pgqueue.work_queue_0 (created, batch_order)
     WHERE lock_timeout IS NULL;
-CREATE INDEX work_queue_queue_ready_idx ON pgqueue.work_queue (queue, created, batch_order)
+CREATE INDEX work_queue_0_queue_ready_idx ON pgqueue.work_queue_0 (queue, created, batch_order)
     WHERE lock_timeout IS NULL;
-CREATE INDEX work_queue_lease_idx ON pgqueue.work_queue (lock_timeout)
+CREATE INDEX work_queue_0_lease_idx ON pgqueue.work_queue_0 (lock_timeout)
     WHERE lock_timeout IS NOT NULL;
 
 /*
@@ -190,10 +213,15 @@ CREATE TABLE pgqueue.periodic (
  * definition.  archive is partitioned: pg_dump keeps no rows in a
  * partitioned table itself, and dumps its partitions (made at run time, not
  * members of the extension) with their rows in any case; marking it says
- * that its data belongs to the user too.
+ * that its data belongs to the user too.  queue and work_queue are
+ * partitioned in the same way: their rows are in their slots, of which
+ * slot 0 is a member of the extension (made above: CREATE EXTENSION on
+ * restore makes it again, and the dump's rows go into it).
  */
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.work_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue_0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.work_queue_0', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.archive', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.periodic', '');

@@ -137,9 +137,16 @@ class System:
             raise RuntimeError("%s scheduler loop failed: %s" % (self.key, errors[0]))
 
     # -- counting ----------------------------------------------------------
+    # The heaps of the system's tables: a partitioned table's statistics
+    # and size are its partitions' (pgqueue's queue and work_queue, the
+    # experiments' jobs); a plain table is its own only leaf.
+    LEAVES = ("SELECT l.relid FROM unnest(%s::regclass[]) t, LATERAL pg_partition_tree(t) l "
+              "WHERE l.isleaf")
+
     def deletes(self, conn):
         """Rows ever deleted from the job table (cumulative statistics)."""
-        return scalar(conn, "SELECT pg_stat_get_tuples_deleted(%s::regclass)", (self.job_table,))
+        return scalar(conn, "SELECT coalesce(sum(pg_stat_get_tuples_deleted(relid)), 0)::bigint "
+                            "FROM pg_partition_tree(%s) WHERE isleaf", (self.job_table,))
 
     def settled_deletes(self, conn, timeout=10.0):
         """Deletes once every backend has flushed its statistics."""
@@ -163,10 +170,10 @@ class System:
 
     def dead_tuples(self, conn):
         return scalar(conn, "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables "
-                            "WHERE relid = ANY (%s::regclass[])", (list(self.tables),))
+                            "WHERE relid IN (%s)" % self.LEAVES, (list(self.tables),))
 
     def total_size(self, conn):
-        return scalar(conn, "SELECT sum(pg_total_relation_size(t))::bigint FROM unnest(%s::regclass[]) t",
+        return scalar(conn, "SELECT sum(pg_total_relation_size(relid))::bigint FROM (%s) h" % self.LEAVES,
                       (list(self.tables),))
 
     def dead_exact(self, conn):
@@ -174,15 +181,8 @@ class System:
         by pgstattuple's scan: n_dead_tup is an estimate from the statistics,
         and counts that backends flush after a TRUNCATE reset them stay on
         the emptied table until its next VACUUM or TRUNCATE."""
-        return scalar(conn, """
-            WITH t AS (SELECT r, (SELECT relkind FROM pg_class WHERE oid = r) AS kind
-                         FROM unnest(%s::regclass[]) r),
-                 heaps AS (SELECT r FROM t WHERE kind <> 'p'
-                           UNION ALL
-                           SELECT l.relid FROM t, LATERAL pg_partition_tree(t.r) l
-                            WHERE t.kind = 'p' AND l.isleaf)
-            SELECT coalesce(sum((pgstattuple(r)).dead_tuple_count), 0)::bigint FROM heaps""",
-                      (list(self.tables),))
+        return scalar(conn, "SELECT coalesce(sum((pgstattuple(relid)).dead_tuple_count), 0)::bigint "
+                            "FROM (%s) h" % self.LEAVES, (list(self.tables),))
 
     # -- backlog -----------------------------------------------------------
     def preload(self, conn, n, chunk=100000):
@@ -427,29 +427,12 @@ class Sys5(System):
     workloads = ("a", "f")
     background_call = "CALL sys5.rotator_loop(5000, 0.1)"
 
-    @property
-    def leaves(self):
-        """The heaps: every partition of jobs, and ring."""
-        return ("SELECT relid FROM pg_partition_tree('%s.jobs') WHERE isleaf "
-                "UNION ALL SELECT '%s.ring'::regclass" % (self.schema, self.schema))
-
     def truncate(self, conn, attempts=5):
         conn.execute("SET lock_timeout = '60s'")
         try:
             conn.execute("SELECT %s.reset()" % self.schema)
         finally:
             conn.execute("RESET lock_timeout")
-
-    def deletes(self, conn):
-        return scalar(conn, "SELECT coalesce(sum(pg_stat_get_tuples_deleted(relid)), 0)::bigint "
-                            "FROM pg_partition_tree('%s.jobs') WHERE isleaf" % self.schema)
-
-    def dead_tuples(self, conn):
-        return scalar(conn, "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables "
-                            "WHERE relid IN (%s)" % self.leaves)
-
-    def total_size(self, conn):
-        return scalar(conn, "SELECT sum(pg_total_relation_size(relid))::bigint FROM (%s) t" % self.leaves)
 
     def slots(self, conn):
         """The ring at the end of a run: how many partitions, in which state."""

@@ -161,7 +161,7 @@ SELECT count(*) AS jobs,
   FROM pgqueue.queue WHERE queue = 'toast';
 SELECT count(*) > 0 AS stored_out_of_line
   FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid
- WHERE c.oid = 'pgqueue.queue'::regclass AND pg_relation_size(t.oid) > 0;
+ WHERE c.oid IN (SELECT relid FROM pg_partition_tree('pgqueue.queue')) AND pg_relation_size(t.oid) > 0;
 -- a rolled-back batch leaves nothing
 BEGIN;
 SELECT count(*) AS pushed FROM pgq_push_batch('gone', ARRAY['{}', '{}']::jsonb[]);

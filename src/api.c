@@ -22,6 +22,7 @@
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
 #include "common/pg_prng.h"
@@ -52,7 +53,7 @@ PG_FUNCTION_INFO_V1(pgq_configure);
 PG_FUNCTION_INFO_V1(pgq_stats);
 
 /* Kept plans, prepared on first use in each backend. */
-static SPIPlanPtr plan_push_dedup = NULL;
+static SPIPlanPtr plan_push_dedup[2];	/* by slotted (1.1) or not (1.0) */
 static SPIPlanPtr plan_find_dedup = NULL;
 static SPIPlanPtr plan_release[2] = {NULL, NULL};
 static SPIPlanPtr plan_configure[2] = {NULL, NULL};
@@ -459,13 +460,28 @@ pgq_push(PG_FUNCTION_ARGS)
 		SPIPlanPtr	find;
 		Datum		fargs[2] = {args[1], args[5]};
 		int			nest = pgq_spi_connect();
-		plan = pgq_keep_plan(&plan_push_dedup,
+
+		/*
+		 * In 1.1 the unique index is the slot's (a partitioned table has
+		 * none to infer the arbiter from): insert into the slot.
+		 */
+		bool		slotted = get_rel_relkind(pgq_relid(get_namespace_oid("pgqueue", false),
+														"queue")) == RELKIND_PARTITIONED_TABLE;
+
+		StaticAssertStmt(PGQ_SLOT == 0, "the dedup push names slot 0's table");
+		plan = pgq_keep_plan(&plan_push_dedup[slotted],
+							 slotted ?
+							 "INSERT INTO pgqueue.queue_0 (id, queue, payload, run_after, priority, dedup_key)"
+							 " VALUES ($1, $2, $3, coalesce($4, pg_catalog.now()), $5, $6)"
+							 " ON CONFLICT (queue, dedup_key)"
+							 "   WHERE dedup_key IS NOT NULL AND state <> 'failed'"
+							 " DO NOTHING RETURNING id" :
 							 "INSERT INTO pgqueue.queue (id, queue, payload, run_after, priority, dedup_key)"
-										 " VALUES ($1, $2, $3, coalesce($4, pg_catalog.now()), $5, $6)"
-										 " ON CONFLICT (queue, dedup_key)"
-										 "   WHERE dedup_key IS NOT NULL AND state <> 'failed'"
-										 " DO NOTHING RETURNING id",
-										 6, types);
+							 " VALUES ($1, $2, $3, coalesce($4, pg_catalog.now()), $5, $6)"
+							 " ON CONFLICT (queue, dedup_key)"
+							 "   WHERE dedup_key IS NOT NULL AND state <> 'failed'"
+							 " DO NOTHING RETURNING id",
+							 6, types);
 		find = pgq_keep_plan(&plan_find_dedup,
 										 "SELECT id FROM pgqueue.queue"
 										 " WHERE queue = $1 AND dedup_key = $2 AND state <> 'failed'",

@@ -242,7 +242,7 @@ pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 			   ArrayType *queues, TimestampTz *first)
 {
 	PgqTable   *t = &w->work;
-	Relation	idx = index_open(pgq_relid(RelationGetNamespace(t->rel), "work_queue_lease_idx"),
+	Relation	idx = index_open(pgq_slot_index_relid(t->rel, "lease_idx"),
 								 AccessShareLock);
 	IndexScanDesc scan;
 	ScanKeyData keys[2];
@@ -325,7 +325,7 @@ static TimestampTz
 pgq_ready_probe(PgqWrite *w, TimestampTz start)
 {
 	PgqTable   *t = &w->work;
-	Relation	idx = index_open(pgq_relid(RelationGetNamespace(t->rel), "work_queue_ready_idx"),
+	Relation	idx = index_open(pgq_slot_index_relid(t->rel, "ready_idx"),
 								 AccessShareLock);
 	ReadyWalk	rw;
 	ScanKeyData key;
@@ -496,8 +496,8 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 	TimestampTz start;
 	TimestampTz stop;
 
-	idx = index_open(pgq_relid(RelationGetNamespace(w->work.rel),
-							   queues ? "work_queue_queue_ready_idx" : "work_queue_ready_idx"),
+	idx = index_open(pgq_slot_index_relid(w->work.rel,
+										  queues ? "queue_ready_idx" : "ready_idx"),
 					 AccessShareLock);
 	pgq_bound_begin(PGQ_BOUND_READY, true, &bscan);
 	pgq_write_new_snapshot(w);

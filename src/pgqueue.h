@@ -213,6 +213,7 @@ typedef enum PgqCol
 	PGQ_COL_STARTED,
 	PGQ_COL_LOCK_KEY,
 	PGQ_COL_LOCK_TIMEOUT,
+	PGQ_COL_SLOT,
 	PGQ_NUM_COLS
 } PgqCol;
 
@@ -262,6 +263,11 @@ extern void pgq_set(PgqTable *t, PgqCol c, Datum value, bool isnull);
 extern bool pgq_text_equals(PgqTable *t, PgqCol c, text *key);
 extern Datum pgq_state_datum(PgqTable *t, const char *label);
 extern Oid	pgq_relid(Oid nsp, const char *name);
+extern Oid	pgq_slot_relid(Oid nsp, const char *name);
+extern Oid	pgq_slot_index_relid(Relation rel, const char *role);
+
+/* The slot of pgqueue.queue and pgqueue.work_queue the per-job calls use. */
+#define PGQ_SLOT 0
 
 /* jobs.c: push, extend, ack and nack of one job (or a few) */
 

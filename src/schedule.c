@@ -812,9 +812,9 @@ pgq_schedule_pass(int max_items)
 		IsolationUsesXactSnapshot();
 	pgq_write_new_snapshot(&r.w);
 
-	r.ready_idx = index_open(pgq_relid(RelationGetNamespace(r.w.job.rel), "queue_ready_idx"),
+	r.ready_idx = index_open(pgq_slot_index_relid(r.w.job.rel, "ready_idx"),
 							 AccessShareLock);
-	r.sched_idx = index_open(pgq_relid(RelationGetNamespace(r.w.job.rel), "queue_scheduled_idx"),
+	r.sched_idx = index_open(pgq_slot_index_relid(r.w.job.rel, "scheduled_idx"),
 							 AccessShareLock);
 	r.slot = table_slot_create(r.w.job.rel, NULL);
 	entries_before = pgq_index_entries_read(r.ready_idx);
@@ -1000,8 +1000,8 @@ static ArrayType *
 pgq_ready_queue_names(void)
 {
 	Oid			nsp = get_namespace_oid("pgqueue", false);
-	Relation	rel = table_open(pgq_relid(nsp, "queue"), AccessShareLock);
-	Relation	idx = index_open(pgq_relid(nsp, "queue_ready_idx"), AccessShareLock);
+	Relation	rel = table_open(pgq_slot_relid(nsp, "queue"), AccessShareLock);
+	Relation	idx = index_open(pgq_slot_index_relid(rel, "ready_idx"), AccessShareLock);
 	IndexScanDesc scan;
 	ScanKeyData key;
 	Datum	   *names;

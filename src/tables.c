@@ -35,17 +35,21 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "partitioning/partdesc.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "pgqueue.h"
 
@@ -53,7 +57,7 @@
 static const char *const pgq_col_names[PGQ_NUM_COLS] = {
 	"id", "queue", "created", "version", "tries", "state", "priority",
 	"run_after", "payload", "dedup_key", "last_error", "batch_order",
-	"started", "lock_key", "lock_timeout"
+	"started", "lock_key", "lock_timeout", "slot"
 };
 
 static void pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti,
@@ -139,8 +143,8 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 
 	memset(w, 0, sizeof(PgqWrite));
 	nsp = get_namespace_oid("pgqueue", false);
-	w->work_relid = pgq_relid(nsp, "work_queue");
-	w->job_relid = pgq_relid(nsp, "queue");
+	w->work_relid = pgq_slot_relid(nsp, "work_queue");
+	w->job_relid = pgq_slot_relid(nsp, "queue");
 
 	/* the range table (1 work_queue, 2 queue) tells which columns change */
 	w->estate = CreateExecutorState();
@@ -392,6 +396,12 @@ pgq_insert(PgqWrite *w, PgqTable *t, Datum *values, bool *isnull)
 	ExecClearTuple(t->next);
 	memcpy(t->next->tts_values, values, sizeof(Datum) * natts);
 	memcpy(t->next->tts_isnull, isnull, sizeof(bool) * natts);
+	if (t->att[PGQ_COL_SLOT] != InvalidAttrNumber)
+	{
+		/* the slot this partition holds (pgq_slot_relid) */
+		t->next->tts_values[t->att[PGQ_COL_SLOT] - 1] = Int32GetDatum(PGQ_SLOT);
+		t->next->tts_isnull[t->att[PGQ_COL_SLOT] - 1] = false;
+	}
 	ExecStoreVirtualTuple(t->next);
 	if (RelationGetDescr(t->rel)->constr)
 		ExecConstraints(t->rri, t->next, w->estate);
@@ -469,4 +479,146 @@ pgq_relid(Oid nsp, const char *name)
 				 errmsg("relation \"pgqueue.%s\" does not exist", name),
 				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
 	return relid;
+}
+
+/* ----------------------------------------------------------------
+ * Slots
+ *
+ * In 1.1, pgqueue.queue and pgqueue.work_queue are partitioned by slot
+ * (LIST), and the per-job calls read and write a slot's partition
+ * directly, as an INSERT into it would, by its OID: through the parent,
+ * each call would lock and route through every partition.  This version
+ * has one slot a table, PGQ_SLOT.  A 1.0 database's tables are not
+ * partitioned: they are used as they are.
+ *
+ * Each slot has its own indexes, named after it (queue_0_ready_idx is the
+ * queue_ready_idx of slot 0, as the comments elsewhere call it), not
+ * partitions of indexes on the parents (see pgqueue--1.1.sql).  The slot's
+ * partition of a parent and a slot's indexes are kept in a small cache,
+ * emptied at any relcache invalidation (an ATTACH, DETACH, DROP or RENAME
+ * invalidates the relations concerned), so that a call pays no catalog
+ * lookup for them.
+ * ----------------------------------------------------------------
+ */
+
+#define PGQ_SLOT_CACHE_SIZE 16
+
+typedef struct PgqSlotCacheEntry
+{
+	Oid			parent;			/* a parent table, or a slot's table */
+	const char *role;			/* NULL, or the role of an index of the slot */
+	Oid			part;			/* slot PGQ_SLOT's partition, or that index */
+} PgqSlotCacheEntry;
+
+static PgqSlotCacheEntry slot_cache[PGQ_SLOT_CACHE_SIZE];
+static int	slot_cache_used = 0;
+static bool slot_cache_registered = false;
+
+static void
+pgq_slot_cache_callback(Datum arg, Oid relid)
+{
+	slot_cache_used = 0;
+}
+
+static void
+pgq_slot_cache_put(Oid parent, const char *role, Oid part)
+{
+	if (!slot_cache_registered)
+	{
+		CacheRegisterRelcacheCallback(pgq_slot_cache_callback, (Datum) 0);
+		slot_cache_registered = true;
+	}
+	if (slot_cache_used == PGQ_SLOT_CACHE_SIZE)
+		slot_cache_used = 0;
+	slot_cache[slot_cache_used].parent = parent;
+	slot_cache[slot_cache_used].role = role;
+	slot_cache[slot_cache_used].part = part;
+	slot_cache_used++;
+}
+
+/*
+ * The table the per-job calls write for pgqueue.name: its slot's partition
+ * when it is partitioned (1.1), else the table itself (1.0).  Takes no
+ * lock: the caller opens what it gets, as after a name lookup.
+ */
+Oid
+pgq_slot_relid(Oid nsp, const char *name)
+{
+	Oid			relid = pgq_relid(nsp, name);
+	Oid			part;
+	Relation	rel;
+	PartitionDesc pd;
+	int			i;
+
+	if (get_rel_relkind(relid) != RELKIND_PARTITIONED_TABLE)
+		return relid;
+	for (i = 0; i < slot_cache_used; i++)
+		if (slot_cache[i].parent == relid && slot_cache[i].role == NULL)
+			return slot_cache[i].part;
+
+	rel = table_open(relid, AccessShareLock);
+	pd = RelationGetPartitionDesc(rel, true);
+	part = InvalidOid;
+	for (i = 0; i < pd->nparts && !OidIsValid(part); i++)
+	{
+		HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(pd->oids[i]));
+		Datum		bound;
+		bool		isnull;
+		PartitionBoundSpec *spec;
+		ListCell   *lc;
+
+		if (!HeapTupleIsValid(tuple))
+			continue;
+		bound = SysCacheGetAttr(RELOID, tuple, Anum_pg_class_relpartbound, &isnull);
+		if (!isnull)
+		{
+			spec = castNode(PartitionBoundSpec, stringToNode(TextDatumGetCString(bound)));
+			foreach(lc, spec->listdatums)
+			{
+				Const	   *c = lfirst_node(Const, lc);
+
+				if (!c->constisnull && DatumGetInt32(c->constvalue) == PGQ_SLOT)
+					part = pd->oids[i];
+			}
+		}
+		ReleaseSysCache(tuple);
+	}
+	table_close(rel, AccessShareLock);
+	if (!OidIsValid(part))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("relation \"pgqueue.%s\" has no partition for slot %d", name, PGQ_SLOT),
+				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
+	pgq_slot_cache_put(relid, NULL, part);
+	return part;
+}
+
+/*
+ * The index of role role (ready_idx, lease_idx, ...) of rel, a slot's
+ * partition (1.1) or a 1.0 table: the one named after rel,
+ * pgqueue.<rel>_<role>, as the extension scripts and 1.0 name them
+ * (queue_0_ready_idx, work_queue_lease_idx).
+ */
+Oid
+pgq_slot_index_relid(Relation rel, const char *role)
+{
+	Oid			relid = RelationGetRelid(rel);
+	Oid			idx;
+	int			i;
+	char	   *name;
+
+	for (i = 0; i < slot_cache_used; i++)
+		if (slot_cache[i].parent == relid && slot_cache[i].role != NULL &&
+			strcmp(slot_cache[i].role, role) == 0)
+			return slot_cache[i].part;
+	name = psprintf("%s_%s", RelationGetRelationName(rel), role);
+	idx = pgq_relid(RelationGetNamespace(rel), name);
+	if (get_rel_relkind(idx) != RELKIND_INDEX)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"pgqueue.%s\" is not an index", name),
+				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
+	pfree(name);
+	pgq_slot_cache_put(relid, role, idx);
+	return idx;
 }

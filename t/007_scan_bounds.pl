@@ -40,9 +40,9 @@ sub ready_entries_read
 	my $out = $session->query_safe(qq{
 BEGIN;
 CREATE TEMP TABLE before AS
-  SELECT pg_stat_get_xact_tuples_returned('pgqueue.work_queue_ready_idx'::regclass) AS n;
+  SELECT pg_stat_get_xact_tuples_returned('pgqueue.work_queue_0_ready_idx'::regclass) AS n;
 $sql;
-SELECT pg_stat_get_xact_tuples_returned('pgqueue.work_queue_ready_idx'::regclass) - n FROM before;
+SELECT pg_stat_get_xact_tuples_returned('pgqueue.work_queue_0_ready_idx'::regclass) - n FROM before;
 DROP TABLE before;
 COMMIT;});
 	return (split /\n/, $out)[-1];
@@ -224,7 +224,7 @@ $standby->start;
 my ($rc, $out, $err) = $standby->psql('postgres', q{
 DO $$
 DECLARE
-    before bigint := pg_stat_get_xact_numscans('pgqueue.work_queue_lease_idx'::regclass);
+    before bigint := pg_stat_get_xact_numscans('pgqueue.work_queue_0_lease_idx'::regclass);
 BEGIN
     BEGIN
         PERFORM pgq_claim('standby', 1);
@@ -232,7 +232,7 @@ BEGIN
         RAISE NOTICE 'read only: %', SQLERRM;
     END;
     RAISE NOTICE 'lease index scans: %',
-        pg_stat_get_xact_numscans('pgqueue.work_queue_lease_idx'::regclass) - before;
+        pg_stat_get_xact_numscans('pgqueue.work_queue_0_lease_idx'::regclass) - before;
 END
 $$;});
 like($err, qr/read only: cannot execute pgq_claim in a read-only transaction/,

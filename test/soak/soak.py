@@ -606,7 +606,8 @@ class Soak:
                 if t1 - last_sizes >= self.a.sizes_interval:
                     last_sizes = t1
                     rows = conn.execute(
-                        "SELECT c.relname, pg_total_relation_size(c.oid), "
+                        "SELECT c.relname, (SELECT sum(pg_total_relation_size(relid))::bigint "
+                        "                     FROM pg_partition_tree(c.oid) WHERE isleaf), "
                         "       (SELECT count(*) FROM pgqueue.queue), "
                         "       (SELECT count(*) FROM pgqueue.work_queue), "
                         "       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) "
