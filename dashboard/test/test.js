@@ -181,7 +181,8 @@ async function seed() {
 /*
  * needs: what of pgqueue 1.1's operator API a test uses ('operate':
  * pgq_retry, pgq_retry_failed, pgq_cancel, pgq_purge; 'archive': the
- * archive and retention; 'failedIndex': queue_failed_idx).  A database
+ * archive and retention; 'failedIndex': the index on failed jobs,
+ * queue_failed_idx or a slot's queue_<n>_failed_idx).  A database
  * without it skips the test, saying so.
  */
 const tests = [];
@@ -668,7 +669,9 @@ test(`page loads with ${BIG.toLocaleString('en-US')} jobs in one queue (printed,
 		await seed();
 		const f = await one(`SELECT to_regprocedure('pgq_retry(uuid)') IS NOT NULL AS operate,
 		                            to_regclass('pgqueue.archive') IS NOT NULL AS archive,
-		                            to_regclass('pgqueue.queue_failed_idx') IS NOT NULL AS "failedIndex"`);
+		                            EXISTS (SELECT 1 FROM pg_class
+		                                     WHERE relnamespace = 'pgqueue'::regnamespace AND relkind = 'i'
+		                                       AND relname ~ '^queue(_[0-9]+)?_failed_idx$') AS "failedIndex"`);
 		Object.assign(has, f);
 		admin = await startDashboard(PORT, ['--database-url', dbUrl('dash_admin'), '--refresh', '0.5']);
 		ro = await startDashboard(PORT + 1, ['--database-url', dbUrl('dash_ro'), '--read-only'],
