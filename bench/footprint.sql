@@ -7,7 +7,8 @@
 CREATE EXTENSION IF NOT EXISTS pgqueue;
 -- the bytes of a table and its indexes, its partitions' when it has them
 CREATE FUNCTION pg_temp.bytes(t regclass) RETURNS bigint LANGUAGE sql AS
-  $$ SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree(t) WHERE isleaf $$;
+  $$ SELECT coalesce((SELECT sum(pg_total_relation_size(relid))::bigint
+                        FROM pg_partition_tree(t) WHERE isleaf), pg_total_relation_size(t)) $$;
 \ir sql/sys1_schema.sql
 INSERT INTO sys1.jobs (payload) SELECT :'payload'::jsonb FROM generate_series(1, 100000);
 DO $$ BEGIN FOR i IN 1..10 LOOP PERFORM count(*) FROM pgq_push_batch($q$q$q$, array(SELECT $p${"task": "send_email", "to": "user@example.com", "template": "welcome"}$p$::jsonb FROM generate_series(1, 10000))); END LOOP; END $$;

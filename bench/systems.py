@@ -139,14 +139,15 @@ class System:
     # -- counting ----------------------------------------------------------
     # The heaps of the system's tables: a partitioned table's statistics
     # and size are its partitions' (pgqueue's queue and work_queue, the
-    # experiments' jobs); a plain table is its own only leaf.
-    LEAVES = ("SELECT l.relid FROM unnest(%s::regclass[]) t, LATERAL pg_partition_tree(t) l "
-              "WHERE l.isleaf")
+    # experiments' jobs); a plain table is its own (pg_partition_tree has
+    # no row for a table that is neither partitioned nor a partition).
+    LEAVES = ("SELECT coalesce(l.relid, t) AS relid FROM unnest(%s::regclass[]) t "
+              "LEFT JOIN LATERAL pg_partition_tree(t) l ON l.isleaf")
 
     def deletes(self, conn):
         """Rows ever deleted from the job table (cumulative statistics)."""
         return scalar(conn, "SELECT coalesce(sum(pg_stat_get_tuples_deleted(relid)), 0)::bigint "
-                            "FROM pg_partition_tree(%s) WHERE isleaf", (self.job_table,))
+                            "FROM (%s) h" % self.LEAVES, ([self.job_table],))
 
     def settled_deletes(self, conn, timeout=10.0):
         """Deletes once every backend has flushed its statistics."""

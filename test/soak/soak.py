@@ -606,8 +606,9 @@ class Soak:
                 if t1 - last_sizes >= self.a.sizes_interval:
                     last_sizes = t1
                     rows = conn.execute(
-                        "SELECT c.relname, (SELECT sum(pg_total_relation_size(relid))::bigint "
-                        "                     FROM pg_partition_tree(c.oid) WHERE isleaf), "
+                        "SELECT c.relname, coalesce((SELECT sum(pg_total_relation_size(relid))::bigint "
+                        "                              FROM pg_partition_tree(c.oid) WHERE isleaf), "
+                        "                           pg_total_relation_size(c.oid)), "
                         "       (SELECT count(*) FROM pgqueue.queue), "
                         "       (SELECT count(*) FROM pgqueue.work_queue), "
                         "       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) "
