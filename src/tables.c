@@ -41,6 +41,7 @@
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
@@ -49,7 +50,6 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 
 #include "pgqueue.h"
 
@@ -520,6 +520,20 @@ pgq_slot_cache_callback(Datum arg, Oid relid)
 	slot_cache_used = 0;
 }
 
+/* The cached relation for (parent, role), or InvalidOid. */
+static Oid
+pgq_slot_cache_get(Oid parent, const char *role)
+{
+	int			i;
+
+	for (i = 0; i < slot_cache_used; i++)
+		if (slot_cache[i].parent == parent &&
+			(role == NULL ? slot_cache[i].role == NULL :
+			 slot_cache[i].role != NULL && strcmp(slot_cache[i].role, role) == 0))
+			return slot_cache[i].part;
+	return InvalidOid;
+}
+
 static void
 pgq_slot_cache_put(Oid parent, const char *role, Oid part)
 {
@@ -552,37 +566,18 @@ pgq_slot_relid(Oid nsp, const char *name)
 
 	if (get_rel_relkind(relid) != RELKIND_PARTITIONED_TABLE)
 		return relid;
-	for (i = 0; i < slot_cache_used; i++)
-		if (slot_cache[i].parent == relid && slot_cache[i].role == NULL)
-			return slot_cache[i].part;
+	part = pgq_slot_cache_get(relid, NULL);
+	if (OidIsValid(part))
+		return part;
 
+	/* the relcache holds the bounds, parsed: a LIST bound is one datum */
 	rel = table_open(relid, AccessShareLock);
 	pd = RelationGetPartitionDesc(rel, true);
 	part = InvalidOid;
-	for (i = 0; i < pd->nparts && !OidIsValid(part); i++)
-	{
-		HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(pd->oids[i]));
-		Datum		bound;
-		bool		isnull;
-		PartitionBoundSpec *spec;
-		ListCell   *lc;
-
-		if (!HeapTupleIsValid(tuple))
-			continue;
-		bound = SysCacheGetAttr(RELOID, tuple, Anum_pg_class_relpartbound, &isnull);
-		if (!isnull)
-		{
-			spec = castNode(PartitionBoundSpec, stringToNode(TextDatumGetCString(bound)));
-			foreach(lc, spec->listdatums)
-			{
-				Const	   *c = lfirst_node(Const, lc);
-
-				if (!c->constisnull && DatumGetInt32(c->constvalue) == PGQ_SLOT)
-					part = pd->oids[i];
-			}
-		}
-		ReleaseSysCache(tuple);
-	}
+	for (i = 0; pd->boundinfo != NULL && i < pd->boundinfo->ndatums; i++)
+		if (DatumGetInt32(pd->boundinfo->datums[i][0]) == PGQ_SLOT &&
+			pd->boundinfo->indexes[i] >= 0)
+			part = pd->oids[pd->boundinfo->indexes[i]];
 	table_close(rel, AccessShareLock);
 	if (!OidIsValid(part))
 		ereport(ERROR,
@@ -603,14 +598,11 @@ Oid
 pgq_slot_index_relid(Relation rel, const char *role)
 {
 	Oid			relid = RelationGetRelid(rel);
-	Oid			idx;
-	int			i;
+	Oid			idx = pgq_slot_cache_get(relid, role);
 	char	   *name;
 
-	for (i = 0; i < slot_cache_used; i++)
-		if (slot_cache[i].parent == relid && slot_cache[i].role != NULL &&
-			strcmp(slot_cache[i].role, role) == 0)
-			return slot_cache[i].part;
+	if (OidIsValid(idx))
+		return idx;
 	name = psprintf("%s_%s", RelationGetRelationName(rel), role);
 	idx = pgq_relid(RelationGetNamespace(rel), name);
 	if (get_rel_relkind(idx) != RELKIND_INDEX)
