@@ -40,6 +40,11 @@ CASES = [
            'parse_jsonb_index_flags, jsonfuncs.c:5257',
            'select\n  pg_catalog.jsonb_to_tsvector(\n    cast(public.fz_stats_3() as jsonb),\n'
            '    cast(public.fz_stats_1() as jsonb))')),
+    ('reviewed PostgreSQL-internal error of lo_import() of a random text, with a fz_ view', 0,
+     entry(21, 'smith', 'XX000', 'ERROR', 'could not open server file "select  ',
+           'lo_import_internal, be-fsstubs.c:422',
+           'select\n  ref_0.acked as c2\nfrom\n  public.fz_counters as ref_0\n'
+           'where pg_catalog.lo_import(cast(ref_0.queue as text)) is null')),
     ('unreviewed PostgreSQL-internal error, statement without pgqueue: REVIEW, not a failure', 0,
      entry(12, 'smith', 'XX000', 'ERROR', 'some new elog', 'foo, bar.c:12',
            'select\n  pg_catalog.baz(1)\nfrom pg_class')),
