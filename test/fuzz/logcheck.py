@@ -108,6 +108,8 @@ PG_INTERNAL = [
     # lo_import()/lo_export() of a random text too long for a path (the
     # same ENAMETOOLONG: be-fsstubs.c lo_import_internal, be_lo_export)
     r'^could not (open|create) server file ',
+    # pg_ls_dir() of one (the same ENAMETOOLONG: fd.c AllocateDir/ReadDir)
+    r'^could not (open|read) directory ',
     # an OID that names nothing, passed to a catalog function (e.g.
     # to_tsvector(0::regconfig, ...): ts_cache.c lookup_ts_config_cache);
     # the LOCATION check above still fails any raised in pgqueue's code
