@@ -8,6 +8,7 @@ OBJS = \
 	src/claim.o \
 	src/jobs.o \
 	src/schedule.o \
+	src/ring.o \
 	src/worker.o \
 	src/launcher.o \
 	src/shmem.o \

@@ -196,6 +196,23 @@ CREATE TABLE pgqueue.archive (
  */
 
 /*
+ * The state of each slot (src/ring.c): 'current' (where new rows go),
+ * 'live' (may hold rows: calls visit it), 'drained' (found empty, waiting
+ * to be truncated) or 'free' (truncated, the next to become current); a
+ * slot without a row here is live.  Only the scheduler writes it.  The
+ * scheduler makes the slots of work_queue after slot 0 at run time, as
+ * tables of their own attached to the parent (work_queue_1, ...): they are
+ * not members of the extension, and pg_dump dumps them with their rows.
+ */
+CREATE TABLE pgqueue.slots (
+    tbl   text NOT NULL CHECK (tbl IN ('queue', 'work_queue')),
+    slot  int NOT NULL CHECK (slot >= 0),
+    state text NOT NULL CHECK (state IN ('current', 'live', 'drained', 'free')),
+    since timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tbl, slot)
+);
+
+/*
  * pgq_push_periodic: the period whose job each (queue, name) pushed last.
  * A dedup_key only holds while its job is unfinished; this row keeps a
  * period that fires again after its job was acked from pushing twice.
@@ -225,6 +242,7 @@ SELECT pg_catalog.pg_extension_config_dump('pgqueue.work_queue_0', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.archive', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.periodic', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.slots', '');
 
 REVOKE ALL ON ALL TABLES IN SCHEMA pgqueue FROM PUBLIC;
 

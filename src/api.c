@@ -468,7 +468,7 @@ pgq_push(PG_FUNCTION_ARGS)
 		bool		slotted = get_rel_relkind(pgq_relid(get_namespace_oid("pgqueue", false),
 														"queue")) == RELKIND_PARTITIONED_TABLE;
 
-		StaticAssertStmt(PGQ_SLOT == 0, "the dedup push names slot 0's table");
+		/* the queue ring does not turn yet: its slot 0 is always current */
 		plan = pgq_keep_plan(&plan_push_dedup[slotted],
 							 slotted ?
 							 "INSERT INTO pgqueue.queue_0 (id, queue, payload, run_after, priority, dedup_key)"

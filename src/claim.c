@@ -65,6 +65,8 @@ static SPIPlanPtr plan_claim_stolen[2] = {NULL, NULL};
 /* One index walk: its scan and the ready row it stands on. */
 typedef struct ReadyWalk
 {
+	PgqTable   *t;				/* the slot of work_queue it walks */
+	Relation	idx;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	bool		valid;			/* slot holds a ready row */
@@ -81,6 +83,13 @@ typedef struct ClaimCall
 	Datum		lease;			/* interval */
 	ArrayType  *queues;			/* NULL: every queue */
 } ClaimCall;
+
+/* A row locked by a claim: its slot and where it is. */
+typedef struct LockedRow
+{
+	PgqTable   *t;
+	ItemPointerData tid;
+} LockedRow;
 
 /* Arguments of pgq_lease_build: the new lease of a claimed row. */
 typedef struct LeaseArgs
@@ -230,58 +239,67 @@ pgq_in_queues(PgqTable *t, ArrayType *queues)
 }
 
 /*
- * Walk work_queue_lease_idx over lock_timeout in [from, until), as w's
- * snapshot sees it: *first is the earliest deadline of any row in that
- * range, and the return value the earliest of a row of queues (NULL: any),
- * or DT_NOEND when there is none (*first too).  Every claim makes this
- * probe once (from the LEASE bound to now: expired leases, which are rare);
- * a waiting claim also walks from now on for the next lease to run out.
+ * Walk each slot's work_queue_lease_idx over lock_timeout in [from, until),
+ * as w's snapshot sees it: *first is the earliest deadline of any row in
+ * that range, and the return value the earliest of a row of queues (NULL:
+ * any), or DT_NOEND when there is none (*first too).  Every claim makes
+ * this probe once (from the LEASE bound to now: expired leases, which are
+ * rare); a waiting claim also walks from now on for the next lease to run
+ * out.
  */
 static TimestampTz
 pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 			   ArrayType *queues, TimestampTz *first)
 {
-	PgqTable   *t = &w->work;
-	Relation	idx = index_open(pgq_slot_index_relid(t->rel, "lease_idx"),
-								 AccessShareLock);
-	IndexScanDesc scan;
-	ScanKeyData keys[2];
-	int			nkeys = 0;
 	TimestampTz mine = DT_NOEND;
+	int			i;
 
 	*first = DT_NOEND;
-	if (from != DT_NOBEGIN)
-		ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTGreaterEqualStrategyNumber,
-							   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
-							   TimestampTzGetDatum(from));
-	if (until != DT_NOEND)
-		ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTLessStrategyNumber,
-							   InvalidOid, InvalidOid, F_TIMESTAMPTZ_LT,
-							   TimestampTzGetDatum(until));
-	scan = index_beginscan(t->rel, idx, w->snapshot, nkeys, 0);
-	index_rescan(scan, keys, nkeys, NULL, 0);
-
-	/* the heap version is re-checked: the entry may lead through a HOT chain */
-	while (index_getnext_slot(scan, ForwardScanDirection, t->found))
+	for (i = 0; i < w->works_view.n; i++)
 	{
-		bool		isnull;
-		TimestampTz ts = DatumGetTimestampTz(pgq_get(t, t->found, PGQ_COL_LOCK_TIMEOUT,
-													 &isnull));
+		PgqTable   *t = pgq_work_slot(w, i);
+		Relation	idx = index_open(pgq_slot_index_relid(t->rel, "lease_idx"),
+									 AccessShareLock);
+		IndexScanDesc scan;
+		ScanKeyData keys[2];
+		int			nkeys = 0;
 
-		if (isnull || ts < from || ts >= until)
-			continue;
-		if (*first == DT_NOEND)
-			*first = ts;
-		if (pgq_in_queues(t, queues))
+		if (from != DT_NOBEGIN)
+			ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTGreaterEqualStrategyNumber,
+								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+								   TimestampTzGetDatum(from));
+		if (until != DT_NOEND)
+			ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTLessStrategyNumber,
+								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_LT,
+								   TimestampTzGetDatum(until));
+		scan = index_beginscan(t->rel, idx, w->snapshot, nkeys, 0);
+		index_rescan(scan, keys, nkeys, NULL, 0);
+
+		/* the heap version is re-checked: the entry may lead through a HOT chain */
+		while (index_getnext_slot(scan, ForwardScanDirection, t->found))
 		{
-			mine = ts;
-			break;
+			bool		isnull;
+			TimestampTz ts = DatumGetTimestampTz(pgq_get(t, t->found, PGQ_COL_LOCK_TIMEOUT,
+														 &isnull));
+
+			if (isnull || ts < from || ts >= until)
+				continue;
+			if (ts < *first)
+				*first = ts;
+			/* a slot's later rows cannot be earlier than what it found */
+			if (ts >= mine)
+				break;
+			if (pgq_in_queues(t, queues))
+			{
+				mine = ts;
+				break;
+			}
+			CHECK_FOR_INTERRUPTS();
 		}
-		CHECK_FOR_INTERRUPTS();
+		ExecClearTuple(t->found);
+		index_endscan(scan);
+		index_close(idx, NoLock);
 	}
-	ExecClearTuple(t->found);
-	index_endscan(scan);
-	index_close(idx, NoLock);
 	return mine;
 }
 
@@ -296,8 +314,10 @@ pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
  * chain to a version that is no longer ready, so the column is re-checked.
  */
 static void
-pgq_walk_next(ReadyWalk *w, PgqTable *t)
+pgq_walk_next(ReadyWalk *w)
 {
+	PgqTable   *t = w->t;
+
 	while (index_getnext_slot(w->scan, ForwardScanDirection, w->slot))
 	{
 		bool		isnull;
@@ -315,101 +335,117 @@ pgq_walk_next(ReadyWalk *w, PgqTable *t)
 
 /*
  * The created of the first never-claimed row of any queue from start on
- * (DT_NOBEGIN: the left end), as w's snapshot sees it; DT_NOEND when there
- * is none.  A walk of work_queue_ready_idx that locks nothing: it passes
- * only entries whose rows are claimed or gone, so it may raise the READY
- * bound (bounds.c, rule 1), which the walks of claims filtered by queue
- * cannot.
+ * (DT_NOBEGIN: the left end), as w's snapshot sees it, in any slot;
+ * DT_NOEND when there is none.  A walk of work_queue_ready_idx that locks
+ * nothing: it passes only entries whose rows are claimed or gone, so it
+ * may raise the READY bound (bounds.c, rule 1), which the walks of claims
+ * filtered by queue cannot.
  */
 static TimestampTz
 pgq_ready_probe(PgqWrite *w, TimestampTz start)
 {
-	PgqTable   *t = &w->work;
-	Relation	idx = index_open(pgq_slot_index_relid(t->rel, "ready_idx"),
-								 AccessShareLock);
-	ReadyWalk	rw;
-	ScanKeyData key;
 	TimestampTz first = DT_NOEND;
+	int			i;
 
-	ScanKeyEntryInitialize(&key, 0, 1, BTGreaterEqualStrategyNumber,
-						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
-						   TimestampTzGetDatum(start));
-	memset(&rw, 0, sizeof(rw));
-	rw.scan = index_beginscan(t->rel, idx, w->snapshot, start != DT_NOBEGIN ? 1 : 0, 0);
-	index_rescan(rw.scan, &key, start != DT_NOBEGIN ? 1 : 0, NULL, 0);
-	rw.slot = t->found;
-	pgq_walk_next(&rw, t);
-	if (rw.valid)
-		first = rw.created;
-	ExecClearTuple(t->found);
-	index_endscan(rw.scan);
-	index_close(idx, NoLock);
+	for (i = 0; i < w->works_view.n; i++)
+	{
+		PgqTable   *t = pgq_work_slot(w, i);
+		Relation	idx = index_open(pgq_slot_index_relid(t->rel, "ready_idx"),
+									 AccessShareLock);
+		ReadyWalk	rw;
+		ScanKeyData key;
+
+		ScanKeyEntryInitialize(&key, 0, 1, BTGreaterEqualStrategyNumber,
+							   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+							   TimestampTzGetDatum(start));
+		memset(&rw, 0, sizeof(rw));
+		rw.t = t;
+		rw.scan = index_beginscan(t->rel, idx, w->snapshot, start != DT_NOBEGIN ? 1 : 0, 0);
+		index_rescan(rw.scan, &key, start != DT_NOBEGIN ? 1 : 0, NULL, 0);
+		rw.slot = t->found;
+		pgq_walk_next(&rw);
+		if (rw.valid && rw.created < first)
+			first = rw.created;
+		ExecClearTuple(t->found);
+		index_endscan(rw.scan);
+		index_close(idx, NoLock);
+	}
 	return first;
 }
 
 /*
- * Begin the walks of a claim over idx from the created start (DT_NOBEGIN:
- * the left end): one of work_queue_ready_idx, or with queues one of
+ * Begin the walks of a claim from the created start (DT_NOBEGIN: the left
+ * end), in each slot: one of work_queue_ready_idx, or with queues one of
  * work_queue_queue_ready_idx per distinct queue name, each standing on its
  * first ready row.  Returns them, their number in *nwalks.
  */
 static ReadyWalk *
-pgq_walks_begin(PgqWrite *w, Relation idx, ArrayType *queues, TimestampTz start,
-				int *nwalks)
+pgq_walks_begin(PgqWrite *w, ArrayType *queues, TimestampTz start, int *nwalks)
 {
-	PgqTable   *t = &w->work;
 	ReadyWalk  *walks;
 	ScanKeyData keys[2];
 	int			nstart = start != DT_NOBEGIN ? 1 : 0;
+	Datum	   *names = NULL;
+	int			nnames = 1;
+	int			s;
 	int			i;
 
-	*nwalks = 0;
-	if (queues == NULL)
+	if (queues != NULL)
 	{
-		ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
-							   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
-							   TimestampTzGetDatum(start));
-		walks = palloc0(sizeof(ReadyWalk));
-		walks[0].scan = index_beginscan(t->rel, idx, w->snapshot, nstart, 0);
-		index_rescan(walks[0].scan, keys, nstart, NULL, 0);
-		*nwalks = 1;
-	}
-	else
-	{
-		Datum	   *names;
 		bool	   *nulls;
-		int			nnames;
 
 		deconstruct_array(queues, TEXTOID, -1, false, TYPALIGN_INT,
 						  &names, &nulls, &nnames);
-		walks = palloc0(sizeof(ReadyWalk) * nnames);
+	}
+	walks = palloc0(sizeof(ReadyWalk) * nnames * w->works_view.n);
+	*nwalks = 0;
+	for (s = 0; s < w->works_view.n; s++)
+	{
+		PgqTable   *t = pgq_work_slot(w, s);
+		Relation	idx = index_open(pgq_slot_index_relid(t->rel,
+															 queues ? "queue_ready_idx" : "ready_idx"),
+									 AccessShareLock);
+
 		for (i = 0; i < nnames; i++)
 		{
-			int			j;
-			bool		dup = false;
+			ReadyWalk  *rw = &walks[*nwalks];
 
-			/* the caller rejected NULL elements; skip repeated names */
-			for (j = 0; j < i && !dup; j++)
-				dup = DatumGetBool(DirectFunctionCall2Coll(texteq,
-														  idx->rd_indcollation[0],
-														  names[i], names[j]));
-			if (dup)
-				continue;
-			ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber,
-								   InvalidOid, idx->rd_indcollation[0],
-								   F_TEXTEQ, names[i]);
-			ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterEqualStrategyNumber,
-								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
-								   TimestampTzGetDatum(start));
-			walks[*nwalks].scan = index_beginscan(t->rel, idx, w->snapshot, 1 + nstart, 0);
-			index_rescan(walks[*nwalks].scan, keys, 1 + nstart, NULL, 0);
+			if (queues == NULL)
+			{
+				ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
+									   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+									   TimestampTzGetDatum(start));
+				rw->scan = index_beginscan(t->rel, idx, w->snapshot, nstart, 0);
+				index_rescan(rw->scan, keys, nstart, NULL, 0);
+			}
+			else
+			{
+				int			j;
+				bool		dup = false;
+
+				/* the caller rejected NULL elements; skip repeated names */
+				for (j = 0; j < i && !dup; j++)
+					dup = DatumGetBool(DirectFunctionCall2Coll(texteq,
+															  idx->rd_indcollation[0],
+															  names[i], names[j]));
+				if (dup)
+					continue;
+				ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber,
+									   InvalidOid, idx->rd_indcollation[0],
+									   F_TEXTEQ, names[i]);
+				ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterEqualStrategyNumber,
+									   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+									   TimestampTzGetDatum(start));
+				rw->scan = index_beginscan(t->rel, idx, w->snapshot, 1 + nstart, 0);
+				index_rescan(rw->scan, keys, 1 + nstart, NULL, 0);
+			}
+			rw->t = t;
+			rw->idx = index_open(RelationGetRelid(idx), AccessShareLock);
+			rw->slot = table_slot_create(t->rel, NULL);
+			pgq_walk_next(rw);
 			(*nwalks)++;
 		}
-	}
-	for (i = 0; i < *nwalks; i++)
-	{
-		walks[i].slot = table_slot_create(t->rel, NULL);
-		pgq_walk_next(&walks[i], t);
+		index_close(idx, NoLock);
 	}
 	return walks;
 }
@@ -423,6 +459,7 @@ pgq_walks_end(ReadyWalk *walks, int nwalks)
 	{
 		ExecDropSingleTupleTableSlot(walks[i].slot);
 		index_endscan(walks[i].scan);
+		index_close(walks[i].idx, NoLock);
 	}
 }
 
@@ -436,9 +473,8 @@ pgq_walks_end(ReadyWalk *walks, int nwalks)
  */
 static int
 pgq_lock_merged(PgqWrite *w, ReadyWalk *walks, int nwalks, int max_items,
-				ItemPointerData *tids, TimestampTz *stop)
+				LockedRow *rows, TimestampTz *stop)
 {
-	PgqTable   *t = &w->work;
 	int			ntids = 0;
 
 	*stop = DT_NOEND;
@@ -461,17 +497,22 @@ pgq_lock_merged(PgqWrite *w, ReadyWalk *walks, int nwalks, int max_items,
 		if (best == NULL)
 			break;
 
-		res = table_tuple_lock(t->rel, &best->slot->tts_tid, w->snapshot, t->found,
-							   w->cid, LockTupleExclusive, LockWaitSkip, 0, &tmfd);
+		res = table_tuple_lock(best->t->rel, &best->slot->tts_tid, w->snapshot,
+							   best->t->found, w->cid, LockTupleExclusive,
+							   LockWaitSkip, 0, &tmfd);
 
 		/* rows changed since the snapshot (claimed, gone) may be passed */
 		if (res != TM_Updated && res != TM_Deleted && *stop == DT_NOEND)
 			*stop = best->created;
 		if (res == TM_Ok)
-			tids[ntids++] = t->found->tts_tid;
-		pgq_walk_next(best, t);
+		{
+			rows[ntids].t = best->t;
+			rows[ntids].tid = best->t->found->tts_tid;
+			ntids++;
+		}
+		ExecClearTuple(best->t->found);
+		pgq_walk_next(best);
 	}
-	ExecClearTuple(t->found);
 	return ntids;
 }
 
@@ -486,9 +527,8 @@ pgq_lock_merged(PgqWrite *w, ReadyWalk *walks, int nwalks, int max_items,
  * the claim's queues start at what it found.
  */
 static int
-pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *tids)
+pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, LockedRow *rows)
 {
-	Relation	idx;
 	ReadyWalk  *walks;
 	int			nwalks;
 	int			ntids;
@@ -496,9 +536,6 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 	TimestampTz start;
 	TimestampTz stop;
 
-	idx = index_open(pgq_slot_index_relid(w->work.rel,
-										  queues ? "queue_ready_idx" : "ready_idx"),
-					 AccessShareLock);
 	pgq_bound_begin(PGQ_BOUND_READY, true, &bscan);
 	pgq_write_new_snapshot(w);
 	start = bscan.start.hi == 0 ? bscan.start.lo : DT_NOBEGIN;	/* not the lowest key */
@@ -508,13 +545,11 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, ItemPointerData *t
 		pgq_bound_end(&bscan, pgq_time_key(start));
 	}
 
-	walks = pgq_walks_begin(w, idx, queues, start, &nwalks);
-	ntids = pgq_lock_merged(w, walks, nwalks, max_items, tids, &stop);
+	walks = pgq_walks_begin(w, queues, start, &nwalks);
+	ntids = pgq_lock_merged(w, walks, nwalks, max_items, rows, &stop);
 	pgq_walks_end(walks, nwalks);
 	if (queues == NULL)
 		pgq_bound_end(&bscan, pgq_time_key(stop));
-
-	index_close(idx, NoLock);
 	return ntids;
 }
 
@@ -562,10 +597,9 @@ pgq_count_try_build(PgqTable *t, void *arg)
  * key) is deleted instead.  Lowers *min_lease to the earliest deadline set.
  */
 static int
-pgq_lease_rows(PgqWrite *w, ClaimCall *c, ItemPointerData *tids, int n,
+pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 			   TimestampTz now, TimestampTz *min_lease)
 {
-	PgqTable   *work = &w->work;
 	PgqTable   *job = pgq_write_job(w);
 	LeaseArgs	a;
 	int			done = 0;
@@ -578,12 +612,15 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, ItemPointerData *tids, int n,
 	a.now = now;
 	a.deadline = pgq_deadline(now, c->lease);
 	a.count_try = (w->layout == PGQ_V11);
-	pgq_write_changes(w, work, work_changes, lengthof(work_changes));
+	for (i = 0; i < w->works_view.n; i++)
+		if (w->works[i].is_open)
+			pgq_write_changes(w, &w->works[i], work_changes, lengthof(work_changes));
 	if (w->layout == PGQ_V10)
 		pgq_write_changes(w, job, job_changes, lengthof(job_changes));
 
 	for (i = 0; i < n; i++)
 	{
+		PgqTable   *work = rows[i].t;
 		Datum		values[6];
 		bool		isnull[6];
 		Datum		id;
@@ -591,7 +628,7 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, ItemPointerData *tids, int n,
 		bool		fnull;
 
 		/* the version locked by pgq_lock_ready, still ours */
-		if (!table_tuple_fetch_row_version(work->rel, &tids[i], SnapshotAny, work->found))
+		if (!table_tuple_fetch_row_version(work->rel, &rows[i].tid, SnapshotAny, work->found))
 			elog(ERROR, "locked row of \"pgqueue.work_queue\" is missing");
 		id = pgq_get(work, work->found, PGQ_COL_ID, &fnull);
 		if (!pgq_find(w, job, id))
@@ -701,11 +738,11 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 
 	if (stolen < c->max_items)
 	{
-		ItemPointerData *tids = palloc(sizeof(ItemPointerData) * (c->max_items - stolen));
-		int			ntids = pgq_lock_ready(&w, c->max_items - stolen, c->queues, tids);
+		LockedRow  *rows = palloc(sizeof(LockedRow) * (c->max_items - stolen));
+		int			nrows = pgq_lock_ready(&w, c->max_items - stolen, c->queues, rows);
 
-		if (ntids > 0)
-			fresh = pgq_lease_rows(&w, c, tids, ntids, now, &min_lease);
+		if (nrows > 0)
+			fresh = pgq_lease_rows(&w, c, rows, nrows, now, &min_lease);
 	}
 
 	/* nothing to claim: when does the next lease of our queues run out? */

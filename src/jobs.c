@@ -210,9 +210,11 @@ pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline)
 	pgq_write_begin(&w, "pgq_extend", PGQ_OPEN_WORK);
 	a.key = key;
 	a.deadline = pgq_deadline(GetCurrentTimestamp(), lease);
-	pgq_write_changes(&w, &w.work, changes, lengthof(changes));
-	if (pgq_find(&w, &w.work, id))
-		done = pgq_update_found(&w, &w.work, pgq_extend_check, pgq_extend_build, &a);
+	if (pgq_find_work(&w, id))
+	{
+		pgq_write_changes(&w, w.work, changes, lengthof(changes));
+		done = pgq_update_found(&w, w.work, pgq_extend_check, pgq_extend_build, &a);
+	}
 	pgq_write_end(&w);
 
 	if (done)
@@ -244,7 +246,7 @@ pgq_archive_removed(PgqWrite *w, PgqOutcome outcome, int64 retention)
 	f.queue = pgq_get(job, job->found, PGQ_COL_QUEUE, &isnull);
 	f.payload = pgq_get(job, job->found, PGQ_COL_PAYLOAD, &isnull);
 	f.priority = DatumGetInt32(pgq_get(job, job->found, PGQ_COL_PRIORITY, &isnull));
-	f.tries = DatumGetInt32(pgq_get(&w->work, w->work.found, PGQ_COL_TRIES, &isnull));
+	f.tries = DatumGetInt32(pgq_get(w->work, w->work->found, PGQ_COL_TRIES, &isnull));
 	f.created = DatumGetTimestampTz(pgq_get(job, job->found, PGQ_COL_CREATED, &isnull));
 	f.last_error = pgq_get(job, job->found, PGQ_COL_LAST_ERROR, &f.last_error_null);
 	pgq_archive_job(&f, outcome, retention);
@@ -270,8 +272,8 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 		PgqQueueSettings s;
 		bool		isnull;
 
-		if (!pgq_find(&w, &w.work, ids[i]) ||
-			!pgq_delete_found(&w, &w.work, pgq_held_by, key))
+		if (!pgq_find_work(&w, ids[i]) ||
+			!pgq_delete_found(&w, w.work, pgq_held_by, key))
 			continue;
 		done++;
 
@@ -380,17 +382,17 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 
 	pgq_write_begin(&w, "pgq_nack", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
 	job = &w.job;
-	if (pgq_find(&w, &w.work, id) && pgq_delete_found(&w, &w.work, pgq_held_by, key))
+	if (pgq_find_work(&w, id) && pgq_delete_found(&w, w.work, pgq_held_by, key))
 	{
 		memset(&a, 0, sizeof(a));
 		a.layout = w.layout;
-		a.tries = DatumGetInt32(pgq_get(&w.work, w.work.found, PGQ_COL_TRIES, &isnull));
-		a.version = DatumGetInt32(pgq_get(&w.work, w.work.found, PGQ_COL_VERSION, &isnull));
+		a.tries = DatumGetInt32(pgq_get(w.work, w.work->found, PGQ_COL_TRIES, &isnull));
+		a.version = DatumGetInt32(pgq_get(w.work, w.work->found, PGQ_COL_VERSION, &isnull));
 		a.error = error;
 		a.has_retry_in = has_retry_in;
 		a.retry_in = retry_in;
 		a.jitter = 0.5 + 0.5 * pg_prng_double(&pg_global_prng_state);
-		pgq_queue_settings(pgq_get(&w.work, w.work.found, PGQ_COL_QUEUE, &isnull),
+		pgq_queue_settings(pgq_get(w.work, w.work->found, PGQ_COL_QUEUE, &isnull),
 						   w.snapshot, &s);
 		a.max_tries = s.max_tries;
 		pgq_write_changes(&w, job, changes, lengthof(changes));

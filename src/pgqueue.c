@@ -75,6 +75,15 @@ _PG_init(void)
 							GUC_UNIT_KB,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("pgqueue.slot_size",
+							"Size at which the scheduler starts a new slot of pgqueue.work_queue.",
+							"Rows go to the newest slot; a slot whose rows are all gone is truncated.",
+							&pgqueue_slot_size_kb,
+							1024, 64, 1024 * 1024,
+							PGC_SIGHUP,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
 	if (process_shared_preload_libraries_in_progress)
 	{
 		DefineCustomStringVariable("pgqueue.database",

@@ -14,6 +14,7 @@
  * src/uuid7.c		time-ordered job ids
  * src/admin.c		the operator API: retry, cancel, purge, periodic jobs
  * src/archive.c	pgqueue.archive: writing finished jobs, its partitions
+ * src/ring.c		the slots of queue and work_queue: the view, the ring
  *
  *-------------------------------------------------------------------------
  */
@@ -221,6 +222,8 @@ typedef enum PgqCol
 typedef struct PgqTable
 {
 	bool		is_open;
+	bool		indexes_open;	/* rri's indexes opened (for inserts, updates) */
+	int32		slot;			/* the slot it is (1.1), its slot column's value */
 	Relation	rel;
 	Relation	pkey;			/* the primary key index, on id */
 	struct ResultRelInfo *rri;	/* with the indexes opened */
@@ -229,6 +232,22 @@ typedef struct PgqTable
 	AttrNumber	att[PGQ_NUM_COLS];	/* InvalidAttrNumber: no such column */
 } PgqTable;
 
+/* Most slots a table has (ring.c). */
+#define PGQ_MAX_SLOTS 32
+
+/*
+ * The slots of pgqueue.queue or pgqueue.work_queue that calls visit, as
+ * the ring's last committed state says (ring.c): the current slot first
+ * (where rows are inserted), then the others that may hold rows, newest
+ * first.  A 1.0 database's table is one slot.
+ */
+typedef struct PgqRingView
+{
+	int			n;
+	Oid			relid[PGQ_MAX_SLOTS];
+	int32		slot[PGQ_MAX_SLOTS];
+} PgqRingView;
+
 /* A call writing pgqueue's tables: pgq_write_begin .. pgq_write_end. */
 typedef struct PgqWrite
 {
@@ -236,9 +255,12 @@ typedef struct PgqWrite
 	Snapshot	snapshot;
 	CommandId	cid;
 	PgqLayout	layout;
-	Oid			work_relid;
+	PgqRingView works_view;		/* work_queue's slots */
 	Oid			job_relid;
-	PgqTable	work;			/* pgqueue.work_queue */
+	int32		job_slot;
+	PgqTable	works[PGQ_MAX_SLOTS];	/* opened on demand (pgq_work_slot) */
+	PgqTable   *work;			/* the current slot of work_queue, or where
+								 * pgq_find_work found a row */
 	PgqTable	job;			/* pgqueue.queue (see pgq_write_job) */
 } PgqWrite;
 
@@ -251,9 +273,12 @@ typedef void (*PgqRowBuild) (PgqTable *t, void *arg);
 extern void pgq_write_begin(PgqWrite *w, const char *fn, int open);
 extern void pgq_write_new_snapshot(PgqWrite *w);
 extern PgqTable *pgq_write_job(PgqWrite *w);
+extern void pgq_table_indexes(PgqTable *t);
 extern void pgq_write_end(PgqWrite *w);
 extern void pgq_write_changes(PgqWrite *w, PgqTable *t, const PgqCol *cols, int ncols);
 extern bool pgq_find(PgqWrite *w, PgqTable *t, Datum id);
+extern PgqTable *pgq_work_slot(PgqWrite *w, int i);
+extern PgqTable *pgq_find_work(PgqWrite *w, Datum id);
 extern bool pgq_delete_found(PgqWrite *w, PgqTable *t, PgqRowCheck check, void *arg);
 extern bool pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
 							 PgqRowBuild build, void *arg);
@@ -263,11 +288,12 @@ extern void pgq_set(PgqTable *t, PgqCol c, Datum value, bool isnull);
 extern bool pgq_text_equals(PgqTable *t, PgqCol c, text *key);
 extern Datum pgq_state_datum(PgqTable *t, const char *label);
 extern Oid	pgq_relid(Oid nsp, const char *name);
-extern Oid	pgq_slot_relid(Oid nsp, const char *name);
 extern Oid	pgq_slot_index_relid(Relation rel, const char *role);
 
-/* The slot of pgqueue.queue and pgqueue.work_queue the per-job calls use. */
-#define PGQ_SLOT 0
+/* ring.c: the slots of pgqueue.queue and pgqueue.work_queue */
+extern int	pgqueue_slot_size_kb;
+extern void pgq_ring_view(Oid nsp, const char *name, PgqRingView *v);
+extern void pgq_ring_maintain(void);
 
 /* jobs.c: push, extend, ack and nack of one job (or a few) */
 

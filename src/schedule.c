@@ -583,7 +583,7 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			 const PassStates *states)
 {
 	PgqTable   *job = &r->w.job;
-	PgqTable   *work = &r->w.work;
+	PgqTable   *work = r->w.work;	/* the current slot */
 	text	   *qname = cstring_to_text(q->name);
 	QueuePos	cursor;
 	bool		after;
@@ -674,6 +674,8 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 				int			natts = RelationGetDescr(work->rel)->natts;
 				int			i;
 
+				if (update_indexes)
+					pgq_table_indexes(job);
 				if (update_indexes && job->rri->ri_NumIndices > 0)
 					list_free(ExecInsertIndexTuples(job->rri, job->next, r->w.estate,
 													true, false, NULL, NIL));
@@ -999,14 +1001,19 @@ pgq_schedule_at_xact_end(bool commit)
 static ArrayType *
 pgq_ready_queue_names(void)
 {
-	Oid			nsp = get_namespace_oid("pgqueue", false);
-	Relation	rel = table_open(pgq_slot_relid(nsp, "queue"), AccessShareLock);
-	Relation	idx = index_open(pgq_slot_index_relid(rel, "ready_idx"), AccessShareLock);
+	PgqRingView v;
+	Relation	rel;
+	Relation	idx;
 	IndexScanDesc scan;
 	ScanKeyData key;
 	Datum	   *names;
 	int			nnames = 0;
 	int			maxnames = 16;
+
+	/* the queue ring does not turn yet: its current slot holds every job */
+	pgq_ring_view(get_namespace_oid("pgqueue", false), "queue", &v);
+	rel = table_open(v.relid[0], AccessShareLock);
+	idx = index_open(pgq_slot_index_relid(rel, "ready_idx"), AccessShareLock);
 
 	names = palloc(sizeof(Datum) * maxnames);
 	scan = index_beginscan(rel, idx, GetActiveSnapshot(), 1, 0);

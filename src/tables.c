@@ -105,11 +105,20 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 
 	t->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(t->rri, t->rel, rti, NULL, 0);
-	if (lockmode == RowExclusiveLock)
-		ExecOpenIndices(t->rri, false);
+	t->indexes_open = false;	/* pgq_table_indexes: deletes need none */
 	t->found = table_slot_create(t->rel, &w->estate->es_tupleTable);
 	t->next = table_slot_create(t->rel, &w->estate->es_tupleTable);
 	t->is_open = true;
+}
+
+/* Open t's indexes, for an insert or a non-HOT update. */
+void
+pgq_table_indexes(PgqTable *t)
+{
+	if (t->indexes_open)
+		return;
+	ExecOpenIndices(t->rri, false);
+	t->indexes_open = true;
 }
 
 static void
@@ -117,7 +126,8 @@ pgq_table_close(PgqTable *t)
 {
 	if (!t->is_open)
 		return;
-	ExecCloseIndices(t->rri);
+	if (t->indexes_open)
+		ExecCloseIndices(t->rri);
 	index_close(t->pkey, NoLock);
 	table_close(t->rel, NoLock);
 	t->is_open = false;
@@ -126,47 +136,65 @@ pgq_table_close(PgqTable *t)
 /*
  * Begin a call that writes pgqueue's tables: fn names the SQL function (for
  * the read-only error); open (PGQ_OPEN_WORK, PGQ_OPEN_JOB) says which
- * tables to open now (pgq_write_job opens pgqueue.queue later on demand).
- * With work_queue open, w->layout tells 1.0 from 1.1.  Tables are opened
- * ROW EXCLUSIVE, so an ALTER EXTENSION ... UPDATE in progress is waited for
- * and its layout seen.
+ * tables to open now: work_queue's current slot, queue's.  Other slots of
+ * work_queue are opened on demand (pgq_work_slot), queue's by
+ * pgq_write_job.  With work_queue open, w->layout tells 1.0 from 1.1.
+ * Tables are opened ROW EXCLUSIVE, so an ALTER EXTENSION ... UPDATE in
+ * progress is waited for and its layout seen.
+ *
+ * The parents are locked (ACCESS SHARE) before the slots are read: taking
+ * the lock reads the invalidations sent by the ring's changes committed so
+ * far (ring.c), so the call sees every slot that was current before it
+ * began.
  */
 void
 pgq_write_begin(PgqWrite *w, const char *fn, int open)
 {
 	Oid			nsp;
-	RangeTblEntry *rte[2];
+	List	   *rtable = NIL;
+	PgqRingView jv;
 	int			i;
 
 	PreventCommandIfReadOnly(fn);
 	PreventCommandIfParallelMode(fn);
 
-	memset(w, 0, sizeof(PgqWrite));
+	memset(w, 0, offsetof(PgqWrite, works));
+	w->work = NULL;
 	nsp = get_namespace_oid("pgqueue", false);
-	w->work_relid = pgq_slot_relid(nsp, "work_queue");
-	w->job_relid = pgq_slot_relid(nsp, "queue");
+	pgq_ring_view(nsp, "work_queue", &w->works_view);
+	pgq_ring_view(nsp, "queue", &jv);
+	w->job_relid = jv.relid[0];
+	w->job_slot = jv.slot[0];
+	for (i = 0; i < w->works_view.n; i++)
+		w->works[i].is_open = false;
+	w->job.is_open = false;
 
-	/* the range table (1 work_queue, 2 queue) tells which columns change */
+	/*
+	 * The range table (1 .. n work_queue's slots, n + 1 queue) tells which
+	 * columns change.
+	 */
 	w->estate = CreateExecutorState();
-	for (i = 0; i < 2; i++)
+	for (i = 0; i <= w->works_view.n; i++)
 	{
-		rte[i] = makeNode(RangeTblEntry);
-		rte[i]->rtekind = RTE_RELATION;
-		rte[i]->relid = i == 0 ? w->work_relid : w->job_relid;
-		rte[i]->relkind = RELKIND_RELATION;
-		rte[i]->rellockmode = RowExclusiveLock;
+		RangeTblEntry *rte = makeNode(RangeTblEntry);
+
+		rte->rtekind = RTE_RELATION;
+		rte->relid = i < w->works_view.n ? w->works_view.relid[i] : w->job_relid;
+		rte->relkind = RELKIND_RELATION;
+		rte->rellockmode = RowExclusiveLock;
+		rtable = lappend(rtable, rte);
 	}
-	ExecInitRangeTable(w->estate, list_make2(rte[0], rte[1]));
+	ExecInitRangeTable(w->estate, rtable);
 
 	w->layout = PGQ_V11;
 	if (open & PGQ_OPEN_WORK)
 	{
-		pgq_table_open(w, &w->work, w->work_relid, 1, RowExclusiveLock);
-		if (w->work.att[PGQ_COL_TRIES] == InvalidAttrNumber)
+		w->work = pgq_work_slot(w, 0);
+		if (w->work->att[PGQ_COL_TRIES] == InvalidAttrNumber)
 			w->layout = PGQ_V10;
 	}
 	if (open & PGQ_OPEN_JOB)
-		pgq_table_open(w, &w->job, w->job_relid, 2, RowExclusiveLock);
+		(void) pgq_write_job(w);
 
 	/* what a new statement would see: the transaction's changes so far */
 	CommandCounterIncrement();
@@ -174,6 +202,44 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 	w->snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	w->estate->es_snapshot = w->snapshot;
 	w->estate->es_output_cid = w->cid;
+}
+
+/*
+ * Slot i of work_queue's slots as w sees them (0: the current one), opened
+ * now if it was not.
+ */
+PgqTable *
+pgq_work_slot(PgqWrite *w, int i)
+{
+	PgqTable   *t = &w->works[i];
+
+	Assert(i < w->works_view.n);
+	if (!t->is_open)
+	{
+		pgq_table_open(w, t, w->works_view.relid[i], i + 1, RowExclusiveLock);
+		t->slot = w->works_view.slot[i];
+	}
+	return t;
+}
+
+/*
+ * Find the work_queue row of job id, probing the slots' primary keys newest
+ * first; returns the slot's table, with the row in its found slot, and
+ * makes it w->work; NULL when no slot holds the job.
+ */
+PgqTable *
+pgq_find_work(PgqWrite *w, Datum id)
+{
+	int			i;
+
+	for (i = 0; i < w->works_view.n; i++)
+	{
+		PgqTable   *t = pgq_work_slot(w, i);
+
+		if (pgq_find(w, t, id))
+			return w->work = t;
+	}
+	return NULL;
 }
 
 /*
@@ -196,7 +262,10 @@ PgqTable *
 pgq_write_job(PgqWrite *w)
 {
 	if (!w->job.is_open)
-		pgq_table_open(w, &w->job, w->job_relid, 2, RowExclusiveLock);
+	{
+		pgq_table_open(w, &w->job, w->job_relid, w->works_view.n + 1, RowExclusiveLock);
+		w->job.slot = w->job_slot;
+	}
 	return &w->job;
 }
 
@@ -204,7 +273,10 @@ pgq_write_job(PgqWrite *w)
 void
 pgq_write_end(PgqWrite *w)
 {
-	pgq_table_close(&w->work);
+	int			i;
+
+	for (i = 0; i < w->works_view.n; i++)
+		pgq_table_close(&w->works[i]);
 	pgq_table_close(&w->job);
 	ExecResetTupleTable(w->estate->es_tupleTable, false);
 	UnregisterSnapshot(w->snapshot);
@@ -305,7 +377,7 @@ pgq_write_result(PgqWrite *w, PgqTable *t, TM_Result res, TM_FailureData *tmfd,
 static void
 pgq_write_done(PgqWrite *w, PgqTable *t)
 {
-	if (t == &w->work)
+	if (t != &w->job)
 	{
 		pgq_bound_hold(PGQ_BOUND_READY);
 		pgq_bound_hold(PGQ_BOUND_LEASE);
@@ -373,6 +445,8 @@ pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
 								 &lockmode, &update_indexes);
 		if (res == TM_Ok)
 		{
+			if (update_indexes)
+				pgq_table_indexes(t);
 			if (update_indexes && t->rri->ri_NumIndices > 0)
 				list_free(ExecInsertIndexTuples(t->rri, t->next, w->estate,
 												true, false, NULL, NIL));
@@ -398,14 +472,15 @@ pgq_insert(PgqWrite *w, PgqTable *t, Datum *values, bool *isnull)
 	memcpy(t->next->tts_isnull, isnull, sizeof(bool) * natts);
 	if (t->att[PGQ_COL_SLOT] != InvalidAttrNumber)
 	{
-		/* the slot this partition holds (pgq_slot_relid) */
-		t->next->tts_values[t->att[PGQ_COL_SLOT] - 1] = Int32GetDatum(PGQ_SLOT);
+		/* the slot this partition holds (ring.c) */
+		t->next->tts_values[t->att[PGQ_COL_SLOT] - 1] = Int32GetDatum(t->slot);
 		t->next->tts_isnull[t->att[PGQ_COL_SLOT] - 1] = false;
 	}
 	ExecStoreVirtualTuple(t->next);
 	if (RelationGetDescr(t->rel)->constr)
 		ExecConstraints(t->rri, t->next, w->estate);
 	table_tuple_insert(t->rel, t->next, w->cid, 0, NULL);
+	pgq_table_indexes(t);
 	if (t->rri->ri_NumIndices > 0)
 		list_free(ExecInsertIndexTuples(t->rri, t->next, w->estate,
 										false, false, NULL, NIL));
@@ -482,32 +557,30 @@ pgq_relid(Oid nsp, const char *name)
 }
 
 /* ----------------------------------------------------------------
- * Slots
+ * Slots' indexes
  *
  * In 1.1, pgqueue.queue and pgqueue.work_queue are partitioned by slot
- * (LIST), and the per-job calls read and write a slot's partition
- * directly, as an INSERT into it would, by its OID: through the parent,
- * each call would lock and route through every partition.  This version
- * has one slot a table, PGQ_SLOT.  A 1.0 database's tables are not
- * partitioned: they are used as they are.
+ * (LIST), and the per-job calls read and write the slots' partitions
+ * directly, by OID (ring.c says which): through the parent, each call
+ * would lock and route through every partition.  A 1.0 database's tables
+ * are not partitioned: they are used as they are.
  *
  * Each slot has its own indexes, named after it (queue_0_ready_idx is the
  * queue_ready_idx of slot 0, as the comments elsewhere call it), not
- * partitions of indexes on the parents (see pgqueue--1.1.sql).  The slot's
- * partition of a parent and a slot's indexes are kept in a small cache,
- * emptied at any relcache invalidation (an ATTACH, DETACH, DROP or RENAME
- * invalidates the relations concerned), so that a call pays no catalog
- * lookup for them.
+ * partitions of indexes on the parents (see pgqueue--1.1.sql).  They are
+ * kept in a small cache, emptied at any relcache invalidation (a DROP or
+ * RENAME invalidates the relations concerned), so that a call pays no
+ * catalog lookup for them.
  * ----------------------------------------------------------------
  */
 
-#define PGQ_SLOT_CACHE_SIZE 16
+#define PGQ_SLOT_CACHE_SIZE 64
 
 typedef struct PgqSlotCacheEntry
 {
-	Oid			parent;			/* a parent table, or a slot's table */
-	const char *role;			/* NULL, or the role of an index of the slot */
-	Oid			part;			/* slot PGQ_SLOT's partition, or that index */
+	Oid			parent;			/* a slot's table */
+	const char *role;			/* the role of an index of the slot */
+	Oid			part;			/* that index */
 } PgqSlotCacheEntry;
 
 static PgqSlotCacheEntry slot_cache[PGQ_SLOT_CACHE_SIZE];
@@ -548,44 +621,6 @@ pgq_slot_cache_put(Oid parent, const char *role, Oid part)
 	slot_cache[slot_cache_used].role = role;
 	slot_cache[slot_cache_used].part = part;
 	slot_cache_used++;
-}
-
-/*
- * The table the per-job calls write for pgqueue.name: its slot's partition
- * when it is partitioned (1.1), else the table itself (1.0).  Takes no
- * lock: the caller opens what it gets, as after a name lookup.
- */
-Oid
-pgq_slot_relid(Oid nsp, const char *name)
-{
-	Oid			relid = pgq_relid(nsp, name);
-	Oid			part;
-	Relation	rel;
-	PartitionDesc pd;
-	int			i;
-
-	if (get_rel_relkind(relid) != RELKIND_PARTITIONED_TABLE)
-		return relid;
-	part = pgq_slot_cache_get(relid, NULL);
-	if (OidIsValid(part))
-		return part;
-
-	/* the relcache holds the bounds, parsed: a LIST bound is one datum */
-	rel = table_open(relid, AccessShareLock);
-	pd = RelationGetPartitionDesc(rel, true);
-	part = InvalidOid;
-	for (i = 0; pd->boundinfo != NULL && i < pd->boundinfo->ndatums; i++)
-		if (DatumGetInt32(pd->boundinfo->datums[i][0]) == PGQ_SLOT &&
-			pd->boundinfo->indexes[i] >= 0)
-			part = pd->oids[pd->boundinfo->indexes[i]];
-	table_close(rel, AccessShareLock);
-	if (!OidIsValid(part))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("relation \"pgqueue.%s\" has no partition for slot %d", name, PGQ_SLOT),
-				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
-	pgq_slot_cache_put(relid, NULL, part);
-	return part;
 }
 
 /*

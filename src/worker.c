@@ -228,6 +228,7 @@ pgq_run_pass(void)
 	{
 		pgstat_report_activity(STATE_RUNNING, "pgqueue scheduling pass");
 		pgq_archive_maintain();	/* archive partitions, once a minute (archive.c) */
+		pgq_ring_maintain();	/* work_queue's slots (ring.c) */
 		SPI_connect();
 		moved = pgq_schedule_pass(pgqueue_batch_size);
 		SPI_finish();

@@ -6,7 +6,8 @@
 # rows) and the marks of periodic jobs too.  The restored queue works:
 # claims, the holder's ack, a steal of the lapsed lease, dedup, the
 # archive and its upkeep.  Then the same for a database updated from 1.0,
-# whose tables the update marks for pg_dump.
+# whose tables the update marks for pg_dump.  Then a database whose
+# work_queue the scheduler spread over slots made at run time.
 use strict;
 use warnings;
 
@@ -174,4 +175,50 @@ SELECT pgq_ack(id, 'w1') FROM pgqueue.jobs WHERE payload->>'n' = 'from 1.0'}),
 	't', 'the job claimed under 1.0 is acked in the restored database');
 
 $node->stop;
+
+# --- slots of work_queue made at run time by the scheduler -------------------
+my $rnode = pgq_node('dumpring', "pgqueue.slot_size = 64\npgqueue.naptime = 50\n");
+$rnode->start;
+$rnode->safe_psql('postgres', 'CREATE EXTENSION pgqueue');
+my $all_scheduled = q{SELECT count(*) = 0 FROM pgqueue.queue WHERE state = 'pending'};
+$rnode->safe_psql('postgres', q{
+SELECT pgq_push_batch('r', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 1500) g))});
+ok($rnode->poll_query_until('postgres', $all_scheduled), '1,500 jobs scheduled');
+ok( $rnode->poll_query_until(
+		'postgres', q{
+SELECT slot > 0 FROM pgqueue.slots WHERE tbl = 'work_queue' AND state = 'current'}),
+	'the scheduler made a new slot current');
+$rnode->safe_psql('postgres', q{
+SELECT pgq_push_batch('r', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1501, 3000) g))});
+ok($rnode->poll_query_until('postgres', $all_scheduled), '1,500 more scheduled');
+is($rnode->safe_psql('postgres', 'SELECT count(*) FROM pgq_claim(\'w1\', 10, \'1 hour\')'),
+	'10', 'ten of them claimed');
+my $ring_everything = q{
+SELECT concat_ws(E'\n',
+  (SELECT string_agg(w.tableoid::regclass::text || ' ' || w::text, E'\n' ORDER BY w.id)
+     FROM pgqueue.work_queue w),
+  (SELECT string_agg(s.tbl || ' ' || s.slot || ' ' || s.state, E'\n' ORDER BY s.tbl, s.slot)
+     FROM pgqueue.slots s),
+  (SELECT string_agg(q::text, E'\n' ORDER BY q.id) FROM pgqueue.queue q))};
+my $ring_before = $rnode->safe_psql('postgres', $ring_everything);
+cmp_ok(
+	$rnode->safe_psql('postgres', 'SELECT count(DISTINCT tableoid) FROM pgqueue.work_queue'),
+	'>=', 2, 'work_queue rows in several slots');
+$rnode->command_ok([ 'pg_dump', '-Fc', '-f', "$dump.ring", '-d', 'postgres' ],
+	'pg_dump of a database with slots made at run time');
+$rnode->safe_psql('postgres', 'CREATE DATABASE ring_restored');
+IPC::Run::run(
+	[ 'pg_restore', '--exit-on-error', '-d', $rnode->connstr('ring_restored'), "$dump.ring" ],
+	'>', \$stdout, '2>', \$stderr);
+is($?, 0, 'pg_restore of it succeeds');
+is($stderr, '', 'and says nothing');
+is($rnode->safe_psql('ring_restored', $ring_everything), $ring_before,
+	'every slot came back with its rows, and the slots\' states');
+is( $rnode->safe_psql('ring_restored', q{
+SELECT count(*) FILTER (WHERE pgq_ack(id, 'w1')) FROM pgqueue.work_queue WHERE lock_key = 'w1'}),
+	'10', 'the restored leases are acked by their holder');
+is( $rnode->safe_psql('ring_restored', q{
+SELECT count(*) FILTER (WHERE pgq_ack(c.id, 'w2')) FROM pgq_claim('w2', 10000, '1 hour') c}),
+	'2990', 'the other jobs are claimed and acked, from every slot');
+$rnode->stop;
 done_testing();

@@ -1,0 +1,644 @@
+/*-------------------------------------------------------------------------
+ *
+ * ring.c
+ *		The slots of pgqueue.queue and pgqueue.work_queue: which of their
+ *		partitions calls visit (the view, cached per backend), and the
+ *		ring that the scheduler turns for work_queue: a new current slot
+ *		every pgqueue.slot_size of rows, slots whose rows are all gone
+ *		given back whole with TRUNCATE instead of row by row by VACUUM,
+ *		which a long snapshot holds back (bench/ROTATION.md).
+ *
+ * States (pgqueue.slots; a partition without a row there is 'live'):
+ *
+ *	 current	where new rows go (a scheduling pass's work_queue rows)
+ *	 live		may hold rows: calls visit it (claims walk it, acks probe it)
+ *	 drained	found empty: calls no longer visit it; truncated when no
+ *				snapshot that could see its rows is left (below)
+ *	 free		truncated, empty: the next slot to become current
+ *
+ * Only the scheduler changes states (pgq_ring_maintain, before each of its
+ * passes), and sends a relcache invalidation of the parent with each
+ * change; a call locks the parent before it reads the view, which reads
+ * the invalidations committed so far (tables.c, pgq_write_begin).
+ *
+ * Why no row is lost.  Rows are inserted only into the slot a call saw as
+ * current, by a transaction that holds ROW EXCLUSIVE on it until it ends,
+ * and a slot is truncated only under ACCESS EXCLUSIVE (taken without
+ * waiting: calls never visit a drained slot, so only a rare SQL statement
+ * on the parent competes for it) after a look, under that lock, finds no
+ * row that any transaction could still see as live (SnapshotDirty: rows
+ * whose insert or delete is in progress count as live).  A drained slot in
+ * which that look finds rows (a pgq_schedule that read the slot as current
+ * before the switch, and wrote it after it was found empty) becomes live
+ * again.
+ *
+ * Why no snapshot sees rows vanish (TRUNCATE is not MVCC-safe: a snapshot
+ * taken before it that reads the table afterwards finds it empty).  A
+ * slot's rows were all inserted after it became current (made_xmin[], the
+ * xmin of the transaction that made it current: every snapshot taken
+ * later has an xmin at least that) and all deleted before it was found
+ * empty (D).  A snapshot taken before it became current sees none of its
+ * rows; one taken after D sees them all deleted; only one taken in
+ * between can see some.  So at D the scheduler notes the backends whose
+ * xmin is not older than made_xmin (a backend whose snapshot is older
+ * cannot have taken it in between), and truncates once they have all
+ * ended.  A REPEATABLE READ transaction open across many turns of the
+ * ring (the long snapshot that holds VACUUM back) is older than every slot
+ * made current after it began, and holds up none of them.  When made_xmin
+ * is not known (slot 0, or slots made current before the scheduler
+ * started), every backend with a snapshot at D is waited for.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "partitioning/partbounds.h"
+#include "partitioning/partdesc.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "pgqueue.h"
+
+/* pgqueue.slot_size: a new current slot when the current one is this big */
+int			pgqueue_slot_size_kb = 1024;
+
+/* How often the scheduler looks at the ring, at most. */
+#define PGQ_RING_MAINTAIN_USECS (100 * 1000)
+/* How long its DDL (a new slot's ATTACH) waits for its lock, at most. */
+#define PGQ_RING_LOCK_TIMEOUT_MS "100"
+
+typedef enum SlotState
+{
+	SLOT_CURRENT = 'c',
+	SLOT_LIVE = 'l',
+	SLOT_DRAINED = 'd',
+	SLOT_FREE = 'f'
+} SlotState;
+
+/* One partition of a parent, as the ring's last committed state says. */
+typedef struct RingSlot
+{
+	int32		slot;
+	Oid			relid;
+	char		state;
+	TimestampTz since;			/* when it last became current */
+} RingSlot;
+
+typedef struct Ring
+{
+	int			n;
+	RingSlot	slots[PGQ_MAX_SLOTS];
+	int			current;		/* index in slots[] */
+} Ring;
+
+/* The views of "queue" [0] and "work_queue" [1], until an invalidation. */
+typedef struct RingCache
+{
+	bool		valid;
+	Oid			parent;
+	PgqRingView view;
+} RingCache;
+
+static RingCache ring_cache[2];
+static bool ring_cache_registered = false;
+static uint64 ring_invals = 0;	/* invalidations seen, for the loads */
+
+/* The scheduler's notes (pgq_ring_maintain), by slot number. */
+static Oid	notes_parent = InvalidOid;
+static TransactionId made_xmin[PGQ_MAX_SLOTS];
+static VirtualTransactionId *waits[PGQ_MAX_SLOTS];
+static int	nwaits[PGQ_MAX_SLOTS];
+static bool waits_noted[PGQ_MAX_SLOTS];
+static TimestampTz next_maintain = 0;
+
+static const char *
+state_name(char state)
+{
+	switch (state)
+	{
+		case SLOT_CURRENT:
+			return "current";
+		case SLOT_LIVE:
+			return "live";
+		case SLOT_DRAINED:
+			return "drained";
+		default:
+			return "free";
+	}
+}
+
+static void
+ring_cache_callback(Datum arg, Oid relid)
+{
+	int			i;
+
+	ring_invals++;
+	for (i = 0; i < lengthof(ring_cache); i++)
+		if (!OidIsValid(relid) || relid == ring_cache[i].parent)
+			ring_cache[i].valid = false;
+}
+
+/*
+ * Read the ring of parent (pgqueue.name, locked by the caller) from its
+ * partitions and pgqueue.slots, as a snapshot taken now sees them.
+ */
+static void
+ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
+{
+	Relation	rel;
+	PartitionDesc pd;
+	Oid			slots_relid;
+	int			i;
+
+	ring->n = 0;
+	ring->current = -1;
+	if (get_rel_relkind(parent) != RELKIND_PARTITIONED_TABLE)
+	{
+		/* 1.0: the table is the one slot */
+		ring->n = 1;
+		ring->current = 0;
+		ring->slots[0].slot = 0;
+		ring->slots[0].relid = parent;
+		ring->slots[0].state = SLOT_CURRENT;
+		ring->slots[0].since = 0;
+		return;
+	}
+
+	/* the relcache holds the bounds, parsed: a LIST bound is one datum */
+	rel = table_open(parent, NoLock);
+	pd = RelationGetPartitionDesc(rel, true);
+	for (i = 0; pd->boundinfo != NULL && i < pd->boundinfo->ndatums; i++)
+	{
+		RingSlot   *s;
+
+		if (pd->boundinfo->indexes[i] < 0)
+			continue;
+		if (ring->n == PGQ_MAX_SLOTS)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("relation \"pgqueue.%s\" has more than %d partitions", name,
+							PGQ_MAX_SLOTS),
+					 errhint("Partitions of pgqueue's tables are made by its scheduler only.")));
+		s = &ring->slots[ring->n++];
+		s->slot = DatumGetInt32(pd->boundinfo->datums[i][0]);
+		s->relid = pd->oids[pd->boundinfo->indexes[i]];
+		s->state = SLOT_LIVE;
+		s->since = DT_NOBEGIN;
+	}
+	table_close(rel, NoLock);
+	if (ring->n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("relation \"pgqueue.%s\" has no partition", name),
+				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
+
+	/* the states, from pgqueue.slots (tbl, slot, state, since) */
+	slots_relid = get_relname_relid("slots", nsp);
+	if (OidIsValid(slots_relid))
+	{
+		Relation	srel = table_open(slots_relid, AccessShareLock);
+		TupleDesc	desc = RelationGetDescr(srel);
+		Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+		TableScanDesc scan = table_beginscan(srel, snap, 0, NULL);
+		HeapTuple	tup;
+
+		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		{
+			bool		isnull[4];
+			Datum		d[4];
+			char	   *state;
+
+			heap_deform_tuple(tup, desc, d, isnull);
+			if (isnull[0] || isnull[1] || isnull[2] ||
+				strcmp(TextDatumGetCString(d[0]), name) != 0)
+				continue;
+			for (i = 0; i < ring->n; i++)
+				if (ring->slots[i].slot == DatumGetInt32(d[1]))
+					break;
+			if (i == ring->n)
+				continue;		/* a row of a slot that is not attached */
+			state = TextDatumGetCString(d[2]);
+			ring->slots[i].state = state[0] == 'c' ? SLOT_CURRENT :
+				state[0] == 'd' ? SLOT_DRAINED :
+				state[0] == 'f' ? SLOT_FREE : SLOT_LIVE;
+			if (!isnull[3])
+				ring->slots[i].since = DatumGetTimestampTz(d[3]);
+		}
+		table_endscan(scan);
+		UnregisterSnapshot(snap);
+		table_close(srel, AccessShareLock);
+	}
+
+	/* the current slot: the latest made current; else slot 0, else the first */
+	for (i = 0; i < ring->n; i++)
+		if (ring->slots[i].state == SLOT_CURRENT &&
+			(ring->current < 0 || ring->slots[i].since > ring->slots[ring->current].since))
+			ring->current = i;
+	for (i = 0; ring->current < 0 && i < ring->n; i++)
+		if (ring->slots[i].slot == 0)
+			ring->current = i;
+	if (ring->current < 0)
+		ring->current = 0;
+	for (i = 0; i < ring->n; i++)
+		if (i != ring->current && ring->slots[i].state == SLOT_CURRENT)
+			ring->slots[i].state = SLOT_LIVE;
+	ring->slots[ring->current].state = SLOT_CURRENT;
+}
+
+/*
+ * The slots of pgqueue.name (queue, work_queue) that calls visit: the
+ * current one first, then the live ones, newest first.  Locks the parent
+ * (ACCESS SHARE, to the end of the transaction) first, which reads the
+ * invalidations of the ring's changes committed so far.
+ */
+void
+pgq_ring_view(Oid nsp, const char *name, PgqRingView *v)
+{
+	Oid			parent = pgq_relid(nsp, name);
+	RingCache  *c = &ring_cache[strcmp(name, "work_queue") == 0 ? 1 : 0];
+
+	LockRelationOid(parent, AccessShareLock);
+	if (!ring_cache_registered)
+	{
+		CacheRegisterRelcacheCallback(ring_cache_callback, (Datum) 0);
+		ring_cache_registered = true;
+	}
+	if (!c->valid || c->parent != parent)
+	{
+		Ring		ring;
+		bool		taken[PGQ_MAX_SLOTS];
+		uint64		invals = ring_invals;
+		int			i;
+
+		c->valid = false;
+		c->parent = parent;
+		ring_load(nsp, parent, name, &ring);
+		memset(taken, 0, sizeof(taken));
+		c->view.n = 1;
+		c->view.relid[0] = ring.slots[ring.current].relid;
+		c->view.slot[0] = ring.slots[ring.current].slot;
+		taken[ring.current] = true;
+		for (;;)
+		{
+			int			best = -1;
+
+			for (i = 0; i < ring.n; i++)
+				if (!taken[i] && ring.slots[i].state == SLOT_LIVE &&
+					(best < 0 || ring.slots[i].since > ring.slots[best].since ||
+					 (ring.slots[i].since == ring.slots[best].since &&
+					  ring.slots[i].slot > ring.slots[best].slot)))
+					best = i;
+			if (best < 0)
+				break;
+			taken[best] = true;
+			c->view.relid[c->view.n] = ring.slots[best].relid;
+			c->view.slot[c->view.n] = ring.slots[best].slot;
+			c->view.n++;
+		}
+		/* valid unless an invalidation was read while loading */
+		c->valid = (invals == ring_invals);
+	}
+	*v = c->view;
+}
+
+/* ----------------------------------------------------------------
+ * Turning the ring (the scheduler)
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Whether no row of the table is live for any transaction: no row version
+ * whose insert committed or is in progress and whose delete is not
+ * committed.
+ */
+static bool
+slot_empty(Oid relid)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	SnapshotData dirty;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	bool		empty;
+
+	InitDirtySnapshot(dirty);
+	scan = table_beginscan(rel, &dirty, 0, NULL);
+	slot = table_slot_create(rel, NULL);
+	empty = !table_scan_getnextslot(scan, ForwardScanDirection, slot);
+	ExecDropSingleTupleTableSlot(slot);
+	table_endscan(scan);
+	table_close(rel, NoLock);
+	return empty;
+}
+
+/*
+ * Note, at the moment slot s is found empty, the backends whose snapshot
+ * may have been taken after it became current (see the file's header).
+ */
+static void
+note_waits(int32 s)
+{
+	VirtualTransactionId *all;
+	VirtualTransactionId *older = NULL;
+	int			nall;
+	int			nolder = 0;
+	int			i;
+	int			j;
+	int			n = 0;
+
+	/* VACUUM's snapshot reads no row it returns: not waited for */
+	all = GetCurrentVirtualXIDs(InvalidTransactionId, true, false, PROC_IN_VACUUM, &nall);
+	if (TransactionIdIsValid(made_xmin[s]))
+	{
+		TransactionId limit = made_xmin[s];
+
+		/* those whose xmin precedes made_xmin: taken before it was current */
+		TransactionIdRetreat(limit);
+		older = GetCurrentVirtualXIDs(limit, true, false, PROC_IN_VACUUM, &nolder);
+	}
+	if (waits[s] != NULL)
+		pfree(waits[s]);
+	waits[s] = MemoryContextAlloc(TopMemoryContext,
+								  sizeof(VirtualTransactionId) * Max(nall, 1));
+	for (i = 0; i < nall; i++)
+	{
+		bool		skip = false;
+
+		for (j = 0; j < nolder && !skip; j++)
+			skip = VirtualTransactionIdEquals(all[i], older[j]);
+		if (!skip)
+			waits[s][n++] = all[i];
+	}
+	nwaits[s] = n;
+	waits_noted[s] = true;
+}
+
+/* Whether every backend noted for slot s has ended its transaction. */
+static bool
+waits_over(int32 s)
+{
+	int			i;
+
+	if (!waits_noted[s])
+		note_waits(s);
+	for (i = 0; i < nwaits[s]; i++)
+		if (!VirtualXactLock(waits[s][i], false))
+			return false;
+	return true;
+}
+
+/* Record slot s's state in pgqueue.slots (since: now, when it is current). */
+static void
+set_state(const char *name, RingSlot *s, char state)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[3] = {TEXTOID, INT4OID, TEXTOID};
+	Datum		args[3];
+
+	args[0] = CStringGetTextDatum(name);
+	args[1] = Int32GetDatum(s->slot);
+	args[2] = CStringGetTextDatum(state_name(state));
+	if (SPI_execute_plan(pgq_keep_plan(&plan,
+									   "INSERT INTO pgqueue.slots AS s (tbl, slot, state)"
+									   " VALUES ($1, $2, $3)"
+									   " ON CONFLICT (tbl, slot) DO UPDATE"
+									   "   SET state = excluded.state,"
+									   "       since = CASE WHEN excluded.state = 'current'"
+									   "               THEN pg_catalog.now() ELSE s.since END",
+									   3, types),
+						 args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not record the state of slot %d of pgqueue.%s", s->slot, name);
+	s->state = state;
+}
+
+/* Run one statement of DDL through SPI. */
+static void
+ring_ddl(const char *sql)
+{
+	if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not run \"%s\"", sql);
+}
+
+/*
+ * Make slot s of work_queue: a table like the parent with its own primary
+ * key and indexes, named after it as pgqueue--1.1.sql names slot 0's, then
+ * attached (SHARE UPDATE EXCLUSIVE on the parent: calls go on).  Not a
+ * member of the extension: pg_dump dumps it with its rows and its
+ * attachment, as the archive's partitions.  Returns its OID.
+ */
+static Oid
+make_work_slot(Oid nsp, int32 s)
+{
+	char	   *t = psprintf("work_queue_%d", s);
+	const char *qt = quote_identifier(t);
+	int			nestlevel;
+
+	ring_ddl(psprintf("CREATE TABLE pgqueue.%s (LIKE pgqueue.work_queue INCLUDING DEFAULTS)"
+					  " WITH (fillfactor = 70)", qt));
+	ring_ddl(psprintf("ALTER TABLE pgqueue.%s ADD CONSTRAINT %s PRIMARY KEY (id)",
+					  qt, quote_identifier(psprintf("%s_pkey", t))));
+	ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (created, batch_order)"
+					  " WHERE lock_timeout IS NULL",
+					  quote_identifier(psprintf("%s_ready_idx", t)), qt));
+	ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue, created, batch_order)"
+					  " WHERE lock_timeout IS NULL",
+					  quote_identifier(psprintf("%s_queue_ready_idx", t)), qt));
+	ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (lock_timeout)"
+					  " WHERE lock_timeout IS NOT NULL",
+					  quote_identifier(psprintf("%s_lease_idx", t)), qt));
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	ring_ddl(psprintf("ALTER TABLE pgqueue.work_queue ATTACH PARTITION pgqueue.%s"
+					  " FOR VALUES IN (%d)", qt, s));
+	AtEOXact_GUC(true, nestlevel);
+	return get_relname_relid(t, nsp);
+}
+
+/*
+ * One look at work_queue's ring: truncate the drained slots that may be,
+ * mark drained the live ones found empty, and make a new slot current when
+ * the current one has grown to pgqueue.slot_size.
+ */
+static void
+ring_turn(void *arg)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+	Oid			parent = pgq_relid(nsp, "work_queue");
+	Ring		ring;
+	RingSlot   *cur;
+	bool		changed = false;
+	bool		full;
+	int			i;
+
+	LockRelationOid(parent, AccessShareLock);
+	if (parent != notes_parent)
+	{
+		/* the extension was made again: forget what was noted */
+		notes_parent = parent;
+		for (i = 0; i < PGQ_MAX_SLOTS; i++)
+		{
+			made_xmin[i] = InvalidTransactionId;
+			waits_noted[i] = false;
+		}
+	}
+	ring_load(nsp, parent, "work_queue", &ring);
+	cur = &ring.slots[ring.current];
+	SPI_connect();
+
+	for (i = 0; i < ring.n; i++)
+	{
+		RingSlot   *s = &ring.slots[i];
+
+		if (s->slot < 0 || s->slot >= PGQ_MAX_SLOTS)
+			continue;			/* not one of ours */
+		if (s->state == SLOT_DRAINED)
+		{
+			if (!waits_over(s->slot) ||
+				!ConditionalLockRelationOid(s->relid, AccessExclusiveLock))
+				continue;
+			if (!slot_empty(s->relid))
+			{
+				/* written by a pass that read it as current: visit it again */
+				set_state("work_queue", s, SLOT_LIVE);
+				changed = true;
+				continue;
+			}
+			ring_ddl(psprintf("TRUNCATE pgqueue.%s",
+							  quote_identifier(get_rel_name(s->relid))));
+			set_state("work_queue", s, SLOT_FREE);
+			waits_noted[s->slot] = false;
+			made_xmin[s->slot] = InvalidTransactionId;
+			changed = true;
+		}
+		else if (s->state == SLOT_LIVE && slot_empty(s->relid))
+		{
+			set_state("work_queue", s, SLOT_DRAINED);
+			note_waits(s->slot);
+			changed = true;
+		}
+	}
+
+	/* time for a new current slot? */
+	{
+		Relation	rel = table_open(cur->relid, AccessShareLock);
+
+		full = (int64) RelationGetNumberOfBlocks(rel) * BLCKSZ >=
+			(int64) pgqueue_slot_size_kb * 1024;
+		table_close(rel, NoLock);
+	}
+	if (full)
+	{
+		RingSlot   *next = NULL;
+
+		/*
+		 * A free slot that no one has locked: a transaction that read the
+		 * parent holds a lock on every slot it had then, until it ends, and
+		 * one of those filled again could not be truncated before that.
+		 */
+		for (i = 0; i < ring.n && next == NULL; i++)
+			if (ring.slots[i].state == SLOT_FREE &&
+				ConditionalLockRelationOid(ring.slots[i].relid, AccessExclusiveLock))
+				next = &ring.slots[i];
+		if (next == NULL && ring.n < PGQ_MAX_SLOTS)
+		{
+			int32		s;
+
+			/* the lowest number not taken by a slot, nor by a table's name */
+			for (s = 0; s < PGQ_MAX_SLOTS; s++)
+			{
+				for (i = 0; i < ring.n && ring.slots[i].slot != s; i++)
+					;
+				if (i == ring.n &&
+					!OidIsValid(get_relname_relid(psprintf("work_queue_%d", s), nsp)))
+					break;
+			}
+			if (s < PGQ_MAX_SLOTS)
+			{
+				next = &ring.slots[ring.n++];
+				next->slot = s;
+				next->relid = make_work_slot(nsp, s);
+				next->state = SLOT_FREE;
+			}
+		}
+		if (next != NULL)
+		{
+			set_state("work_queue", cur, SLOT_LIVE);
+			set_state("work_queue", next, SLOT_CURRENT);
+			made_xmin[next->slot] = GetActiveSnapshot()->xmin;
+			waits_noted[next->slot] = false;
+			changed = true;
+		}
+	}
+	SPI_finish();
+	if (changed)
+		CacheInvalidateRelcacheByRelid(parent);
+}
+
+/*
+ * The scheduler's look at the ring, before a pass, in its transaction: at
+ * most every PGQ_RING_MAINTAIN_USECS, and sooner when the current slot is
+ * full.  Only for 1.1 databases.  Never
+ * raises an error of its own: the look runs in a subtransaction, and what
+ * fails is logged (a lock not had at once at DEBUG1) and tried again at
+ * the next look.
+ */
+void
+pgq_ring_maintain(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	Oid			nsp;
+	ErrorData  *edata;
+
+	if (pgq_layout() != PGQ_V11)
+		return;
+	nsp = get_namespace_oid("pgqueue", false);
+	if (!OidIsValid(get_relname_relid("slots", nsp)))
+		return;
+	if (now < next_maintain)
+	{
+		/* between looks, only whether the current slot is full (cheap) */
+		PgqRingView v;
+		Relation	rel;
+		bool		full;
+
+		pgq_ring_view(nsp, "work_queue", &v);
+		rel = table_open(v.relid[0], AccessShareLock);
+		full = (int64) RelationGetNumberOfBlocks(rel) * BLCKSZ >=
+			(int64) pgqueue_slot_size_kb * 1024;
+		table_close(rel, NoLock);
+		if (!full)
+			return;
+	}
+	next_maintain = now + PGQ_RING_MAINTAIN_USECS;
+	edata = pgq_subxact(ring_turn, NULL, 0);
+	if (edata == NULL)
+		return;
+	ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? DEBUG1 : WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("could not turn the ring of pgqueue.work_queue: %s", edata->message),
+			 errhint("The scheduler tries again before its next pass.")));
+	FreeErrorData(edata);
+}

@@ -1,0 +1,164 @@
+# The ring of pgqueue.work_queue's slots (src/ring.c), turned by the
+# scheduler:
+#
+# - a new current slot when the current one reaches pgqueue.slot_size,
+#   claims in scheduling order across slots, acks that find their rows in
+#   any slot, and slots truncated once their rows are gone;
+# - while a REPEATABLE READ transaction holds its snapshot (and VACUUM
+#   back), the slots made and emptied meanwhile are truncated all the same:
+#   the dead row versions stay bounded (pgstattuple), and the holder still
+#   sees what it saw;
+# - a slot whose rows a snapshot taken after it became current could see
+#   is not truncated until that transaction ends, and that snapshot still
+#   reads its rows.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use PgqTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = pgq_node(
+	'ring', qq{
+pgqueue.slot_size = 64
+pgqueue.naptime = 50
+autovacuum = off
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION pgqueue');
+$node->safe_psql('postgres', 'CREATE EXTENSION pgstattuple');
+
+sub q1 { return $node->safe_psql('postgres', $_[0]); }
+
+# Push $n jobs to queue $q numbered from $from, and wait until the
+# scheduler has moved them all to work_queue.
+sub push_scheduled
+{
+	my ($q, $from, $n) = @_;
+	q1(qq{SELECT pgq_push_batch('$q', ARRAY(SELECT jsonb_build_object('n', g)
+	      FROM generate_series($from, $from + $n - 1) g))});
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT count(*) = 0 FROM pgqueue.queue WHERE queue = '$q' AND state = 'pending'"),
+		"$n jobs of $q scheduled");
+}
+
+# Claim every job of queue $q, 100 at a time, ack them; returns the n of
+# their payloads in the order claimed.
+sub drain
+{
+	my ($q) = @_;
+	my @n;
+	for (;;)
+	{
+		my $out = q1(qq{
+WITH c AS (SELECT * FROM pgq_claim('k', 100, '1 minute', ARRAY['$q']))
+SELECT (c.payload->>'n')::int, pgq_ack(c.id, 'k') FROM c});
+		last if $out eq '';
+		for my $line (split /\n/, $out)
+		{
+			my ($n, $acked) = split /\|/, $line;
+			die "ack of job $n failed" unless $acked eq 't';
+			push @n, $n;
+		}
+	}
+	return @n;
+}
+
+sub slot_states
+{
+	return q1(q{SELECT string_agg(slot || ':' || state, ' ' ORDER BY slot)
+	             FROM pgqueue.slots WHERE tbl = 'work_queue'});
+}
+
+sub wait_state
+{
+	my ($slot, $state) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT state = '$state' FROM pgqueue.slots WHERE tbl = 'work_queue' AND slot = $slot");
+}
+
+# --- turning ------------------------------------------------------------------
+push_scheduled('a', 1, 1500);
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT slot > 0 FROM pgqueue.slots WHERE tbl = 'work_queue' AND state = 'current'}),
+	'a new slot became current');
+push_scheduled('a', 1501, 1500);
+my $parts = q1(q{SELECT count(*) FROM pg_partition_tree('pgqueue.work_queue') WHERE isleaf});
+cmp_ok($parts, '>=', 2, "3,000 jobs scheduled over $parts slots");
+is( q1(q{SELECT count(DISTINCT tableoid) > 1 FROM pgqueue.work_queue}),
+	't', 'the jobs are in more than one slot');
+my @order = drain('a');
+is(scalar(@order), 3000, 'every job claimed and acked');
+is_deeply(\@order, [ 1 .. 3000 ], 'claims took them in scheduling order across slots');
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT count(*) = 0 FROM pgqueue.slots
+ WHERE tbl = 'work_queue' AND state IN ('live', 'drained')}),
+	'every slot but the current one truncated: ' . slot_states());
+is( q1(q{
+SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('pgqueue.work_queue') p
+  JOIN pgqueue.slots s ON s.tbl = 'work_queue' AND format('pgqueue.work_queue_%s', s.slot)::regclass = p.relid
+ WHERE s.state = 'free'}),
+	'0', 'the free slots are empty');
+
+# --- a snapshot held across turns ----------------------------------------------
+push_scheduled('h', 1, 200);
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+my $seen = $holder->query_safe('SELECT count(*) FROM pgqueue.work_queue');
+my $held_slots = q1(q{SELECT count(*) FROM pg_partition_tree('pgqueue.work_queue') WHERE isleaf});
+my $jobs = 0;
+for my $round (1 .. 6)
+{
+	push_scheduled('b', 1, 2000);
+	$jobs += scalar(drain('b'));
+}
+is($jobs, 12000, '12,000 jobs went through while the snapshot was held');
+# without the ring every one of their 24,000 row versions would be dead; the
+# slots the holder read stay (they existed when it read the parent), the
+# others are truncated once empty
+my $dead_sql = q{
+SELECT sum(t.dead_tuple_count) FROM pg_partition_tree('pgqueue.work_queue') p,
+  LATERAL pgstattuple(p.relid) t WHERE p.isleaf};
+ok($node->poll_query_until('postgres', "SELECT ($dead_sql) < 4000"),
+	'dead row versions in work_queue bounded: ' . q1($dead_sql) . ' (' . slot_states() . ')');
+cmp_ok(q1(q{SELECT count(*) FROM pgqueue.slots WHERE tbl = 'work_queue' AND state = 'free'}),
+	'>=', 1, 'slots made during the hold were truncated during it');
+is($holder->query_safe('SELECT count(*) FROM pgqueue.work_queue'),
+	$seen, 'the holder still sees what it saw');
+$holder->query_safe('COMMIT');
+$holder->quit;
+drain('h');
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT count(*) = 0 FROM pgqueue.slots
+ WHERE tbl = 'work_queue' AND state IN ('live', 'drained')}),
+	'after the hold, the slots it held truncated too: ' . slot_states());
+
+# --- a snapshot that can see a drained slot's rows ----------------------------
+my $cur = q1(q{SELECT slot FROM pgqueue.slots WHERE tbl = 'work_queue' AND state = 'current'});
+push_scheduled('c', 1, 1000);
+my $inslot = q1("SELECT count(*) FROM pgqueue.work_queue_$cur");
+my $late = $node->background_psql('postgres');
+$late->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+$late->query_safe('SELECT 1');    # the snapshot, no lock on the slot
+drain('c');
+push_scheduled('d', 1, 1000);     # the slot is full: a new one becomes current
+ok(wait_state($cur, 'drained'), "slot $cur drained");
+sleep(1);
+is( q1("SELECT state FROM pgqueue.slots WHERE tbl = 'work_queue' AND slot = $cur"),
+	'drained', "slot $cur not truncated while a snapshot that can see its rows is open");
+is($late->query_safe("SELECT count(*) FROM pgqueue.work_queue_$cur"),
+	$inslot, "that snapshot reads its $inslot rows");
+$late->query_safe('COMMIT');
+$late->quit;
+ok(wait_state($cur, 'free'), "slot $cur truncated once that transaction ended");
+drain('d');
+
+$node->stop;
+done_testing();
