@@ -27,7 +27,8 @@ REGRESS = setup push schedule claim lease ack_nack release configure stats \
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--temp-instance=$(CURDIR)/tmp_check_regress
 ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack dedup_race scan_hints schedule_bound \
-	scan_bounds cancel_vs_ack cancel_vs_claim cancel_vs_schedule retry_race cap_race schedule_refresh
+	scan_bounds cancel_vs_ack cancel_vs_claim cancel_vs_schedule retry_race cap_race schedule_refresh \
+	move_vs_ack
 ISOLATION_OPTS = --temp-config=$(srcdir)/test/isolation.conf \
 	--temp-instance=$(CURDIR)/tmp_check_iso
 TAP_TESTS = 1
@@ -44,6 +45,9 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso tmp_check_compat output_iso output
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# every object includes the shared headers (PGXS tracks no dependencies)
+$(OBJS): src/pgqueue.h src/shmem.h
 
 # Reliability checks (README.md, "Reliability testing"); none is part of
 # installcheck.  Sanitizers: PGXS takes extra flags from the environment or

@@ -139,7 +139,10 @@ CREATE TABLE pgqueue.archive (
  * The state of each slot (src/ring.c): 'current' (where new rows go),
  * 'live' (may hold rows: calls visit it), 'drained' (found empty, waiting
  * to be truncated) or 'free' (truncated, the next to become current); a
- * slot without a row here is live.  Only the scheduler writes it.  The
+ * slot without a row here is live.  since: when it last became current;
+ * low, when set: rows moved into it are older than that (claims begin a
+ * slot's walk only once they reach min(since, low)).  Only the scheduler
+ * writes it.  The
  * scheduler makes the slots of work_queue after slot 0 at run time, as
  * tables of their own attached to the parent (work_queue_1, ...): they are
  * not members of the extension, and pg_dump dumps them with their rows.
@@ -149,6 +152,7 @@ CREATE TABLE pgqueue.slots (
     slot  int NOT NULL CHECK (slot >= 0),
     state text NOT NULL CHECK (state IN ('current', 'live', 'drained', 'free')),
     since timestamptz NOT NULL DEFAULT now(),
+    low   timestamptz,
     PRIMARY KEY (tbl, slot)
 );
 

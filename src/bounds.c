@@ -84,11 +84,11 @@
  *						and is raised only then, to the lowest head: rules
  *						1, 2, 6, 7.
  *	 claim, steal       READY rows stop counting, LEASE rows start (their
- *						deadline, which counts as a lowering only when it
- *						has already passed at commit: a walk that missed
- *						the row set the bound no later than its own start)
- *						and, for a steal, stop: rules 4 and 3.  Its walks:
- *						1, 2, 6, 7; filtered walks only lower (rule 6).
+ *						deadline: the LEASE walk raises its bound up to the
+ *						first deadline still to come, so that the claims
+ *						until then skip the walk) and, for a steal, stop:
+ *						rules 4 and 3.  Its walks: 1, 2, 6, 7; filtered
+ *						walks only lower (rule 6).
  *	 extend             LEASE: rule 4, and rule 3 for the new deadline.
  *	 ack                READY and LEASE rows go: rule 4.
  *	 nack               LEASE (and READY) rows go: rule 4; SCHED: its job
@@ -308,8 +308,7 @@ pgq_bound_hold(PgqBoundId id)
 
 /*
  * At the end of the transaction (publish.c's callback): at commit apply the
- * lowerings (rule 3), then forget them and the holds.  A lease deadline
- * still in the future needs no lowering (see the path of claims above).
+ * lowerings (rule 3), then forget them and the holds.
  */
 void
 pgq_bounds_at_xact_end(bool commit)
@@ -320,7 +319,6 @@ pgq_bounds_at_xact_end(bool commit)
 	for (b = 0; b < PGQ_NUM_BOUNDS; b++)
 	{
 		if (commit && pending[b] &&
-			!(b == PGQ_BOUND_LEASE && pending_low[b].lo >= GetCurrentTimestamp()) &&
 			(slot != NULL || (slot = pgq_my_slot()) != NULL))
 		{
 			PgqBoundState *st = &slot->bounds[b];

@@ -62,6 +62,8 @@
 
 static SPIPlanPtr plan_claim_stolen[2] = {NULL, NULL};
 
+static void pgq_slots_by_low(PgqWrite *w, int *order);
+
 /* One index walk: its scan and the ready row it stands on. */
 typedef struct ReadyWalk
 {
@@ -242,19 +244,21 @@ pgq_in_queues(PgqTable *t, ArrayType *queues)
  * Walk each slot's work_queue_lease_idx over lock_timeout in [from, until),
  * as w's snapshot sees it: *first is the earliest deadline of any row in
  * that range, and the return value the earliest of a row of queues (NULL:
- * any), or DT_NOEND when there is none (*first too).  Every claim makes
- * this probe once (from the LEASE bound to now: expired leases, which are
- * rare); a waiting claim also walks from now on for the next lease to run
- * out.
+ * any), or DT_NOEND when there is none (*first too); *next is the earliest
+ * deadline at or after until (DT_NOEND: none), where the walks stop.  A
+ * claim makes this probe (from the LEASE bound to now: expired leases,
+ * which are rare) when the bound has passed; a waiting claim also walks
+ * from now on for the next lease to run out.
  */
 static TimestampTz
 pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
-			   ArrayType *queues, TimestampTz *first)
+			   ArrayType *queues, TimestampTz *first, TimestampTz *next)
 {
 	TimestampTz mine = DT_NOEND;
 	int			i;
 
 	*first = DT_NOEND;
+	*next = DT_NOEND;
 	for (i = 0; i < w->works_view.n; i++)
 	{
 		PgqTable   *t = pgq_work_slot(w, i);
@@ -268,10 +272,6 @@ pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 			ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTGreaterEqualStrategyNumber,
 								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
 								   TimestampTzGetDatum(from));
-		if (until != DT_NOEND)
-			ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTLessStrategyNumber,
-								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_LT,
-								   TimestampTzGetDatum(until));
 		scan = index_beginscan(t->rel, idx, w->snapshot, nkeys, 0);
 		index_rescan(scan, keys, nkeys, NULL, 0);
 
@@ -282,8 +282,15 @@ pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 			TimestampTz ts = DatumGetTimestampTz(pgq_get(t, t->found, PGQ_COL_LOCK_TIMEOUT,
 														 &isnull));
 
-			if (isnull || ts < from || ts >= until)
+			if (isnull || ts < from)
 				continue;
+			if (ts >= until)
+			{
+				/* the first deadline still to come: the slot's walk ends */
+				if (ts < *next)
+					*next = ts;
+				break;
+			}
 			if (ts < *first)
 				*first = ts;
 			/* a slot's later rows cannot be earlier than what it found */
@@ -345,11 +352,13 @@ static TimestampTz
 pgq_ready_probe(PgqWrite *w, TimestampTz start)
 {
 	TimestampTz first = DT_NOEND;
+	int			order[PGQ_MAX_SLOTS];
 	int			i;
 
-	for (i = 0; i < w->works_view.n; i++)
+	pgq_slots_by_low(w, order);
+	for (i = 0; i < w->works_view.n && w->works_view.low[order[i]] <= first; i++)
 	{
-		PgqTable   *t = pgq_work_slot(w, i);
+		PgqTable   *t = pgq_work_slot(w, order[i]);
 		Relation	idx = index_open(pgq_slot_index_relid(t->rel, "ready_idx"),
 									 AccessShareLock);
 		ReadyWalk	rw;
@@ -374,92 +383,159 @@ pgq_ready_probe(PgqWrite *w, TimestampTz start)
 }
 
 /*
- * Begin the walks of a claim from the created start (DT_NOBEGIN: the left
- * end), in each slot: one of work_queue_ready_idx, or with queues one of
- * work_queue_queue_ready_idx per distinct queue name, each standing on its
- * first ready row.  Returns them, their number in *nwalks.
+ * The walks of a claim: one per slot, or with queues one per slot and
+ * distinct queue name, begun lazily.  Slots are filled in scheduling order,
+ * and no row of a slot has a created older than its low (ring.c), so a
+ * slot's walks are begun only once the merge reaches its low: with a
+ * backlog spread over many slots, a claim walks the oldest one or two.
  */
-static ReadyWalk *
-pgq_walks_begin(PgqWrite *w, ArrayType *queues, TimestampTz start, int *nwalks)
+typedef struct ClaimWalks
 {
 	ReadyWalk  *walks;
-	ScanKeyData keys[2];
-	int			nstart = start != DT_NOBEGIN ? 1 : 0;
-	Datum	   *names = NULL;
-	int			nnames = 1;
-	int			s;
-	int			i;
+	int			nwalks;
+	int			order[PGQ_MAX_SLOTS];	/* slots by low, oldest first */
+	int			nslots;
+	int			next;			/* the next slot of order[] to begin */
+	ArrayType  *queues;			/* NULL: every queue */
+	Datum	   *names;
+	int			nnames;
+	TimestampTz start;			/* where the walks start (DT_NOBEGIN: left end) */
+} ClaimWalks;
 
+/* w's slots of work_queue (indexes into works_view) into order[], oldest low first. */
+static void
+pgq_slots_by_low(PgqWrite *w, int *order)
+{
+	int			i;
+	int			j;
+
+	for (i = 0; i < w->works_view.n; i++)
+	{
+		for (j = i; j > 0 && w->works_view.low[order[j - 1]] > w->works_view.low[i]; j--)
+			order[j] = order[j - 1];
+		order[j] = i;
+	}
+}
+
+static void
+pgq_walks_init(PgqWrite *w, ClaimWalks *cw, ArrayType *queues, TimestampTz start)
+{
+	memset(cw, 0, sizeof(ClaimWalks));
+	cw->queues = queues;
+	cw->start = start;
+	cw->nnames = 1;
 	if (queues != NULL)
 	{
 		bool	   *nulls;
 
 		deconstruct_array(queues, TEXTOID, -1, false, TYPALIGN_INT,
-						  &names, &nulls, &nnames);
+						  &cw->names, &nulls, &cw->nnames);
 	}
-	walks = palloc0(sizeof(ReadyWalk) * nnames * w->works_view.n);
-	*nwalks = 0;
-	for (s = 0; s < w->works_view.n; s++)
+	cw->nslots = w->works_view.n;
+	pgq_slots_by_low(w, cw->order);
+	cw->walks = palloc0(sizeof(ReadyWalk) * cw->nnames * cw->nslots);
+}
+
+/*
+ * Begin the walks of the next slot from cw->start: one of
+ * work_queue_ready_idx, or with queues one of work_queue_queue_ready_idx
+ * per distinct queue name, each standing on its first ready row.
+ */
+static void
+pgq_walks_begin_next(PgqWrite *w, ClaimWalks *cw)
+{
+	PgqTable   *t = pgq_work_slot(w, cw->order[cw->next++]);
+	Relation	idx = index_open(pgq_slot_index_relid(t->rel,
+													 cw->queues ? "queue_ready_idx" : "ready_idx"),
+								 AccessShareLock);
+	ScanKeyData keys[2];
+	int			nstart = cw->start != DT_NOBEGIN ? 1 : 0;
+	int			i;
+
+	for (i = 0; i < cw->nnames; i++)
 	{
-		PgqTable   *t = pgq_work_slot(w, s);
-		Relation	idx = index_open(pgq_slot_index_relid(t->rel,
-															 queues ? "queue_ready_idx" : "ready_idx"),
-									 AccessShareLock);
+		ReadyWalk  *rw = &cw->walks[cw->nwalks];
 
-		for (i = 0; i < nnames; i++)
+		if (cw->queues == NULL)
 		{
-			ReadyWalk  *rw = &walks[*nwalks];
-
-			if (queues == NULL)
-			{
-				ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
-									   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
-									   TimestampTzGetDatum(start));
-				rw->scan = index_beginscan(t->rel, idx, w->snapshot, nstart, 0);
-				index_rescan(rw->scan, keys, nstart, NULL, 0);
-			}
-			else
-			{
-				int			j;
-				bool		dup = false;
-
-				/* the caller rejected NULL elements; skip repeated names */
-				for (j = 0; j < i && !dup; j++)
-					dup = DatumGetBool(DirectFunctionCall2Coll(texteq,
-															  idx->rd_indcollation[0],
-															  names[i], names[j]));
-				if (dup)
-					continue;
-				ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber,
-									   InvalidOid, idx->rd_indcollation[0],
-									   F_TEXTEQ, names[i]);
-				ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterEqualStrategyNumber,
-									   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
-									   TimestampTzGetDatum(start));
-				rw->scan = index_beginscan(t->rel, idx, w->snapshot, 1 + nstart, 0);
-				index_rescan(rw->scan, keys, 1 + nstart, NULL, 0);
-			}
-			rw->t = t;
-			rw->idx = index_open(RelationGetRelid(idx), AccessShareLock);
-			rw->slot = table_slot_create(t->rel, NULL);
-			pgq_walk_next(rw);
-			(*nwalks)++;
+			ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
+								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+								   TimestampTzGetDatum(cw->start));
+			rw->scan = index_beginscan(t->rel, idx, w->snapshot, nstart, 0);
+			index_rescan(rw->scan, keys, nstart, NULL, 0);
 		}
-		index_close(idx, NoLock);
+		else
+		{
+			int			j;
+			bool		dup = false;
+
+			/* the caller rejected NULL elements; skip repeated names */
+			for (j = 0; j < i && !dup; j++)
+				dup = DatumGetBool(DirectFunctionCall2Coll(texteq,
+														  idx->rd_indcollation[0],
+														  cw->names[i], cw->names[j]));
+			if (dup)
+				continue;
+			ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber,
+								   InvalidOid, idx->rd_indcollation[0],
+								   F_TEXTEQ, cw->names[i]);
+			ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterEqualStrategyNumber,
+								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
+								   TimestampTzGetDatum(cw->start));
+			rw->scan = index_beginscan(t->rel, idx, w->snapshot, 1 + nstart, 0);
+			index_rescan(rw->scan, keys, 1 + nstart, NULL, 0);
+		}
+		rw->t = t;
+		rw->idx = index_open(RelationGetRelid(idx), AccessShareLock);
+		rw->slot = table_slot_create(t->rel, NULL);
+		pgq_walk_next(rw);
+		cw->nwalks++;
 	}
-	return walks;
+	index_close(idx, NoLock);
 }
 
 static void
-pgq_walks_end(ReadyWalk *walks, int nwalks)
+pgq_walks_end(ClaimWalks *cw)
 {
 	int			i;
 
-	for (i = 0; i < nwalks; i++)
+	for (i = 0; i < cw->nwalks; i++)
 	{
-		ExecDropSingleTupleTableSlot(walks[i].slot);
-		index_endscan(walks[i].scan);
-		index_close(walks[i].idx, NoLock);
+		ExecDropSingleTupleTableSlot(cw->walks[i].slot);
+		index_endscan(cw->walks[i].scan);
+		index_close(cw->walks[i].idx, NoLock);
+	}
+}
+
+/*
+ * The walk standing on the first ready row in (created, batch_order) order
+ * of all of cw's slots, beginning the walks of slots as the merge reaches
+ * their low; NULL when they have all run out.
+ */
+static ReadyWalk *
+pgq_walks_best(PgqWrite *w, ClaimWalks *cw)
+{
+	for (;;)
+	{
+		ReadyWalk  *best = NULL;
+		int			i;
+
+		for (i = 0; i < cw->nwalks; i++)
+		{
+			ReadyWalk  *rw = &cw->walks[i];
+
+			if (rw->valid &&
+				(best == NULL || rw->created < best->created ||
+				 (rw->created == best->created && rw->batch_order < best->batch_order)))
+				best = rw;
+		}
+		if (cw->next < cw->nslots &&
+			(best == NULL || w->works_view.low[cw->order[cw->next]] <= best->created))
+		{
+			pgq_walks_begin_next(w, cw);
+			continue;
+		}
+		return best;
 	}
 }
 
@@ -467,12 +543,12 @@ pgq_walks_end(ReadyWalk *walks, int nwalks)
  * Merge the walks in (created, batch_order) order and lock up to max_items
  * of their rows, each as the version the snapshot sees (never following it
  * to a newer one), skipping rows changed since or held by another
- * transaction; put the tids into tids[] and return how many.  *stop is the
+ * transaction; put the rows into rows[] and return how many.  *stop is the
  * created of the first row not passed (bounds.c, rule 1): taken here, or
  * held by another transaction; DT_NOEND when the walks ran out.
  */
 static int
-pgq_lock_merged(PgqWrite *w, ReadyWalk *walks, int nwalks, int max_items,
+pgq_lock_merged(PgqWrite *w, ClaimWalks *cw, int max_items,
 				LockedRow *rows, TimestampTz *stop)
 {
 	int			ntids = 0;
@@ -480,20 +556,10 @@ pgq_lock_merged(PgqWrite *w, ReadyWalk *walks, int nwalks, int max_items,
 	*stop = DT_NOEND;
 	while (ntids < max_items)
 	{
-		ReadyWalk  *best = NULL;
+		ReadyWalk  *best = pgq_walks_best(w, cw);
 		TM_FailureData tmfd;
 		TM_Result	res;
-		int			i;
 
-		for (i = 0; i < nwalks; i++)
-		{
-			ReadyWalk  *rw = &walks[i];
-
-			if (rw->valid &&
-				(best == NULL || rw->created < best->created ||
-				 (rw->created == best->created && rw->batch_order < best->batch_order)))
-				best = rw;
-		}
 		if (best == NULL)
 			break;
 
@@ -529,8 +595,7 @@ pgq_lock_merged(PgqWrite *w, ReadyWalk *walks, int nwalks, int max_items,
 static int
 pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, LockedRow *rows)
 {
-	ReadyWalk  *walks;
-	int			nwalks;
+	ClaimWalks	cw;
 	int			ntids;
 	PgqScan		bscan;
 	TimestampTz start;
@@ -545,9 +610,9 @@ pgq_lock_ready(PgqWrite *w, int max_items, ArrayType *queues, LockedRow *rows)
 		pgq_bound_end(&bscan, pgq_time_key(start));
 	}
 
-	walks = pgq_walks_begin(w, queues, start, &nwalks);
-	ntids = pgq_lock_merged(w, walks, nwalks, max_items, rows, &stop);
-	pgq_walks_end(walks, nwalks);
+	pgq_walks_init(w, &cw, queues, start);
+	ntids = pgq_lock_merged(w, &cw, max_items, rows, &stop);
+	pgq_walks_end(&cw);
 	if (queues == NULL)
 		pgq_bound_end(&bscan, pgq_time_key(stop));
 	return ntids;
@@ -638,6 +703,7 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 		}
 		if (!pgq_update_found(w, work, NULL, pgq_lease_build, &a))
 			elog(ERROR, "could not lease a locked row of \"pgqueue.work_queue\"");
+		pgq_work_slot_used(work);
 		counted = work;
 		if (w->layout == PGQ_V10)
 		{
@@ -701,10 +767,26 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 	 * now when there is none.  expired: the first of the claim's queues.
 	 */
 	pgq_bound_begin(PGQ_BOUND_LEASE, true, &lscan);
-	pgq_write_new_snapshot(&w);
-	expired = pgq_lease_walk(&w, lscan.start.hi == 0 ? lscan.start.lo : DT_NOBEGIN,
-							 now, c->queues, &first_expired);
-	pgq_bound_end(&lscan, pgq_time_key(first_expired != DT_NOEND ? first_expired : now));
+	if (!lscan.full && lscan.start.hi == 0 && lscan.start.lo > now)
+	{
+		/* no lease runs out before the bound: no walk (of every slot) */
+		expired = DT_NOEND;
+		pgq_bound_end(&lscan, lscan.start);
+	}
+	else
+	{
+		TimestampTz next_live;
+
+		pgq_write_new_snapshot(&w);
+		expired = pgq_lease_walk(&w, lscan.start.hi == 0 ? lscan.start.lo : DT_NOBEGIN,
+								 now, c->queues, &first_expired, &next_live);
+
+		/*
+		 * Up to the first expired lease, or to the first deadline to come
+		 * (the claims until then need no walk).
+		 */
+		pgq_bound_end(&lscan, pgq_time_key(first_expired != DT_NOEND ? first_expired : next_live));
+	}
 
 	/*
 	 * Jobs failed on their last try do not fill the claim: while some were
@@ -749,9 +831,10 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 	if (stolen + fresh == 0 && next_expiry != NULL)
 	{
 		TimestampTz any;
+		TimestampTz none;
 
 		pgq_write_new_snapshot(&w);
-		*next_expiry = pgq_lease_walk(&w, now, DT_NOEND, c->queues, &any);
+		*next_expiry = pgq_lease_walk(&w, now, DT_NOEND, c->queues, &any, &none);
 		if (*next_expiry == DT_NOEND)
 			*next_expiry = 0;	/* none */
 	}

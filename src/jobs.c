@@ -210,11 +210,8 @@ pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline)
 	pgq_write_begin(&w, "pgq_extend", PGQ_OPEN_WORK);
 	a.key = key;
 	a.deadline = pgq_deadline(GetCurrentTimestamp(), lease);
-	if (pgq_find_work(&w, id))
-	{
-		pgq_write_changes(&w, w.work, changes, lengthof(changes));
-		done = pgq_update_found(&w, w.work, pgq_extend_check, pgq_extend_build, &a);
-	}
+	done = pgq_write_work(&w, id, pgq_extend_check, pgq_extend_build, &a,
+						  changes, lengthof(changes));
 	pgq_write_end(&w);
 
 	if (done)
@@ -272,8 +269,7 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 		PgqQueueSettings s;
 		bool		isnull;
 
-		if (!pgq_find_work(&w, ids[i]) ||
-			!pgq_delete_found(&w, w.work, pgq_held_by, key))
+		if (!pgq_write_work(&w, ids[i], pgq_held_by, NULL, key, NULL, 0))
 			continue;
 		done++;
 
@@ -382,7 +378,7 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 
 	pgq_write_begin(&w, "pgq_nack", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
 	job = &w.job;
-	if (pgq_find_work(&w, id) && pgq_delete_found(&w, w.work, pgq_held_by, key))
+	if (pgq_write_work(&w, id, pgq_held_by, NULL, key, NULL, 0))
 	{
 		memset(&a, 0, sizeof(a));
 		a.layout = w.layout;

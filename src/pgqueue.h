@@ -246,6 +246,7 @@ typedef struct PgqRingView
 	int			n;
 	Oid			relid[PGQ_MAX_SLOTS];
 	int32		slot[PGQ_MAX_SLOTS];
+	TimestampTz low[PGQ_MAX_SLOTS];	/* no row of the slot has an older created */
 } PgqRingView;
 
 /* A call writing pgqueue's tables: pgq_write_begin .. pgq_write_end. */
@@ -262,6 +263,7 @@ typedef struct PgqWrite
 	PgqTable   *work;			/* the current slot of work_queue, or where
 								 * pgq_find_work found a row */
 	PgqTable	job;			/* pgqueue.queue (see pgq_write_job) */
+	bool		row_gone;		/* a write found its row deleted meanwhile */
 } PgqWrite;
 
 typedef bool (*PgqRowCheck) (PgqTable *t, void *arg);
@@ -279,6 +281,9 @@ extern void pgq_write_changes(PgqWrite *w, PgqTable *t, const PgqCol *cols, int 
 extern bool pgq_find(PgqWrite *w, PgqTable *t, Datum id);
 extern PgqTable *pgq_work_slot(PgqWrite *w, int i);
 extern PgqTable *pgq_find_work(PgqWrite *w, Datum id);
+extern void pgq_work_slot_used(PgqTable *t);
+extern bool pgq_write_work(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
+						   void *arg, const PgqCol *changes, int nchanges);
 extern bool pgq_delete_found(PgqWrite *w, PgqTable *t, PgqRowCheck check, void *arg);
 extern bool pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
 							 PgqRowBuild build, void *arg);

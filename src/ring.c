@@ -103,6 +103,7 @@ typedef struct RingSlot
 	Oid			relid;
 	char		state;
 	TimestampTz since;			/* when it last became current */
+	TimestampTz low;			/* no row has an older created (see view) */
 } RingSlot;
 
 typedef struct Ring
@@ -181,7 +182,8 @@ ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
 		ring->slots[0].slot = 0;
 		ring->slots[0].relid = parent;
 		ring->slots[0].state = SLOT_CURRENT;
-		ring->slots[0].since = 0;
+		ring->slots[0].since = DT_NOBEGIN;
+		ring->slots[0].low = DT_NOBEGIN;
 		return;
 	}
 
@@ -205,6 +207,7 @@ ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
 		s->relid = pd->oids[pd->boundinfo->indexes[i]];
 		s->state = SLOT_LIVE;
 		s->since = DT_NOBEGIN;
+		s->low = DT_NOBEGIN;
 	}
 	table_close(rel, NoLock);
 	if (ring->n == 0)
@@ -213,7 +216,7 @@ ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
 				 errmsg("relation \"pgqueue.%s\" has no partition", name),
 				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
 
-	/* the states, from pgqueue.slots (tbl, slot, state, since) */
+	/* the states, from pgqueue.slots (tbl, slot, state, since, low) */
 	slots_relid = get_relname_relid("slots", nsp);
 	if (OidIsValid(slots_relid))
 	{
@@ -225,8 +228,8 @@ ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
 
 		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
 		{
-			bool		isnull[4];
-			Datum		d[4];
+			bool		isnull[5];
+			Datum		d[5];
 			char	   *state;
 
 			heap_deform_tuple(tup, desc, d, isnull);
@@ -244,6 +247,10 @@ ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
 				state[0] == 'f' ? SLOT_FREE : SLOT_LIVE;
 			if (!isnull[3])
 				ring->slots[i].since = DatumGetTimestampTz(d[3]);
+			ring->slots[i].low = ring->slots[i].since;
+			if (desc->natts >= 5 && !isnull[4] &&
+				DatumGetTimestampTz(d[4]) < ring->slots[i].low)
+				ring->slots[i].low = DatumGetTimestampTz(d[4]);
 		}
 		table_endscan(scan);
 		UnregisterSnapshot(snap);
@@ -298,6 +305,7 @@ pgq_ring_view(Oid nsp, const char *name, PgqRingView *v)
 		c->view.n = 1;
 		c->view.relid[0] = ring.slots[ring.current].relid;
 		c->view.slot[0] = ring.slots[ring.current].slot;
+		c->view.low[0] = ring.slots[ring.current].low;
 		taken[ring.current] = true;
 		for (;;)
 		{
@@ -314,6 +322,7 @@ pgq_ring_view(Oid nsp, const char *name, PgqRingView *v)
 			taken[best] = true;
 			c->view.relid[c->view.n] = ring.slots[best].relid;
 			c->view.slot[c->view.n] = ring.slots[best].slot;
+			c->view.low[c->view.n] = ring.slots[best].low;
 			c->view.n++;
 		}
 		/* valid unless an invalidation was read while loading */
@@ -424,7 +433,9 @@ set_state(const char *name, RingSlot *s, char state)
 									   " ON CONFLICT (tbl, slot) DO UPDATE"
 									   "   SET state = excluded.state,"
 									   "       since = CASE WHEN excluded.state = 'current'"
-									   "               THEN pg_catalog.now() ELSE s.since END",
+									   "               THEN pg_catalog.now() ELSE s.since END,"
+									   "       low = CASE WHEN excluded.state = 'current'"
+									   "             THEN NULL ELSE s.low END",
 									   3, types),
 						 args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not record the state of slot %d of pgqueue.%s", s->slot, name);
@@ -596,6 +607,163 @@ ring_turn(void *arg)
 		CacheInvalidateRelcacheByRelid(parent);
 }
 
+/* Most rows a slot may have left for them to be moved (straggler move). */
+#define PGQ_MOVE_MAX_ROWS 100
+/* How long a slot must have been made current before, for a move. */
+#define PGQ_MOVE_AGE_USECS (10 * USECS_PER_SEC)
+
+/* The rows of relid live for some transaction (SnapshotDirty), up to max + 1. */
+static int
+slot_rows(Oid relid, int max)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	SnapshotData dirty;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	int			n = 0;
+
+	InitDirtySnapshot(dirty);
+	scan = table_beginscan(rel, &dirty, 0, NULL);
+	slot = table_slot_create(rel, NULL);
+	while (n <= max && table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		n++;
+	ExecDropSingleTupleTableSlot(slot);
+	table_endscan(scan);
+	table_close(rel, NoLock);
+	return n;
+}
+
+/*
+ * Straggler moves: rows that stay in an old slot (a long lease, a queue
+ * whose workers stopped) would keep it from ever draining, and the ring
+ * would grow.  The few rows left in a live slot that is neither the
+ * current one nor the one before it, made current more than
+ * PGQ_MOVE_AGE_USECS ago, are moved to the current slot: deleted and
+ * inserted again with the same values (id, lease, tries, version), in one
+ * statement that locks each row (waiting at most PGQ_RING_LOCK_TIMEOUT_MS
+ * for a row another transaction writes).  An ack, extend or nack that
+ * finds its row deleted looks for it again (tables.c, pgq_write_work);
+ * a claim that meets a row being moved skips it.  The rows keep their
+ * keys, so the scan bounds are lowered to them at commit (bounds.c).
+ */
+static void
+ring_move(void *arg)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+	Oid			parent = pgq_relid(nsp, "work_queue");
+	TimestampTz old = GetCurrentTimestamp() - PGQ_MOVE_AGE_USECS;
+	Ring		ring;
+	RingSlot   *cur;
+	RingSlot   *prev = NULL;
+	TimestampTz oldest = DT_NOEND;
+	int			i;
+
+	LockRelationOid(parent, AccessShareLock);
+	ring_load(nsp, parent, "work_queue", &ring);
+	cur = &ring.slots[ring.current];
+	for (i = 0; i < ring.n; i++)
+		if (ring.slots[i].state == SLOT_LIVE &&
+			(prev == NULL || ring.slots[i].since > prev->since))
+			prev = &ring.slots[i];
+
+	SPI_connect();
+	for (i = 0; i < ring.n; i++)
+	{
+		RingSlot   *s = &ring.slots[i];
+		Datum		slotarg = Int32GetDatum(cur->slot);
+		Oid			argtype = INT4OID;
+		int			nestlevel;
+		uint64		j;
+		TimestampTz ready = DT_NOEND;
+		TimestampTz lease = DT_NOEND;
+		int			n;
+
+		if (s->state != SLOT_LIVE || s == prev || s->since > old)
+			continue;
+		n = slot_rows(s->relid, PGQ_MOVE_MAX_ROWS);
+		if (n == 0 || n > PGQ_MOVE_MAX_ROWS)
+			continue;
+		nestlevel = NewGUCNestLevel();
+		(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+								 true, 0, false);
+		if (SPI_execute_with_args(psprintf(
+										   "WITH m AS (DELETE FROM pgqueue.%s RETURNING *)"
+										   " INSERT INTO pgqueue.%s (id, queue, created, version, batch_order,"
+										   "   started, lock_key, lock_timeout, tries, slot)"
+										   " SELECT id, queue, created, version, batch_order,"
+										   "   started, lock_key, lock_timeout, tries, $1 FROM m"
+										   " RETURNING created, lock_timeout",
+										   quote_identifier(get_rel_name(s->relid)),
+										   quote_identifier(get_rel_name(cur->relid))),
+								  1, &argtype, &slotarg, NULL, false, 0) != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "could not move the rows of slot %d of pgqueue.work_queue", s->slot);
+		AtEOXact_GUC(true, nestlevel);
+		for (j = 0; j < SPI_processed; j++)
+		{
+			bool		cnull;
+			bool		lnull;
+			TimestampTz c = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[j],
+															  SPI_tuptable->tupdesc, 1, &cnull));
+			TimestampTz l = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[j],
+															  SPI_tuptable->tupdesc, 2, &lnull));
+
+			if (lnull && c < ready)
+				ready = c;
+			if (!lnull && l < lease)
+				lease = l;
+			if (c < oldest)
+				oldest = c;
+		}
+		if (SPI_processed > 0)
+		{
+			pgq_bound_hold(PGQ_BOUND_READY);
+			pgq_bound_hold(PGQ_BOUND_LEASE);
+			if (ready != DT_NOEND)
+				pgq_bound_lower_at_commit(PGQ_BOUND_READY, pgq_time_key(ready));
+			if (lease != DT_NOEND)
+				pgq_bound_lower_at_commit(PGQ_BOUND_LEASE, pgq_time_key(lease));
+			ereport(DEBUG1,
+					(errmsg_internal("moved %d rows of slot %d of pgqueue.work_queue to slot %d",
+									 (int) SPI_processed, s->slot, cur->slot)));
+		}
+	}
+
+	/* the current slot now holds rows older than it: claims must know */
+	if (oldest < cur->low)
+	{
+		Oid			types[2] = {INT4OID, TIMESTAMPTZOID};
+		Datum		args[2];
+
+		args[0] = Int32GetDatum(cur->slot);
+		args[1] = TimestampTzGetDatum(oldest);
+		if (SPI_execute_with_args("UPDATE pgqueue.slots"
+								  "   SET low = LEAST(coalesce(low, since), $2)"
+								  " WHERE tbl = 'work_queue' AND slot = $1",
+								  2, types, args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not record the oldest row of slot %d of pgqueue.work_queue",
+				 cur->slot);
+		CacheInvalidateRelcacheByRelid(parent);
+	}
+	SPI_finish();
+}
+
+/* Run a step of the ring's upkeep in a subtransaction; log what fails. */
+static void
+ring_try(void (*fn) (void *), const char *what)
+{
+	ErrorData  *edata = pgq_subxact(fn, NULL, 0);
+
+	if (edata == NULL)
+		return;
+	ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? DEBUG1 : WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("could not %s of pgqueue.work_queue: %s", what, edata->message),
+			 errhint("The scheduler tries again before its next pass.")));
+	FreeErrorData(edata);
+}
+
 /*
  * The scheduler's look at the ring, before a pass, in its transaction: at
  * most every PGQ_RING_MAINTAIN_USECS, and sooner when the current slot is
@@ -609,7 +777,6 @@ pgq_ring_maintain(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	Oid			nsp;
-	ErrorData  *edata;
 
 	if (pgq_layout() != PGQ_V11)
 		return;
@@ -632,13 +799,6 @@ pgq_ring_maintain(void)
 			return;
 	}
 	next_maintain = now + PGQ_RING_MAINTAIN_USECS;
-	edata = pgq_subxact(ring_turn, NULL, 0);
-	if (edata == NULL)
-		return;
-	ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? DEBUG1 : WARNING,
-			(errcode(edata->sqlerrcode),
-			 errmsg("could not turn the ring of pgqueue.work_queue: %s", edata->message),
-			 errhint("The scheduler tries again before its next pass.")));
-	FreeErrorData(edata);
+	ring_try(ring_turn, "turn the ring");
+	ring_try(ring_move, "move the rows left in old slots");
 }

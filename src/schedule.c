@@ -799,6 +799,14 @@ pgq_schedule_pass(int max_items)
 	QueueState *q;
 
 	pgq_write_begin(&r.w, "pgq_schedule", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
+
+	/*
+	 * No row of a slot is older than its low (ring.c: claims begin a slot's
+	 * walk only there): a pass that began before its slot became current
+	 * dates its rows from then.
+	 */
+	if (now < r.w.works_view.low[0])
+		now = r.w.works_view.low[0];
 	if (queues == NULL || queues_relid != r.w.job_relid)
 		pgq_view_reset(r.w.job_relid);
 	pass_count++;

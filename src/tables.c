@@ -160,6 +160,7 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 
 	memset(w, 0, offsetof(PgqWrite, works));
 	w->work = NULL;
+	w->row_gone = false;
 	nsp = get_namespace_oid("pgqueue", false);
 	pgq_ring_view(nsp, "work_queue", &w->works_view);
 	pgq_ring_view(nsp, "queue", &jv);
@@ -223,23 +224,84 @@ pgq_work_slot(PgqWrite *w, int i)
 }
 
 /*
- * Find the work_queue row of job id, probing the slots' primary keys newest
- * first; returns the slot's table, with the row in its found slot, and
- * makes it w->work; NULL when no slot holds the job.
+ * The slot (table OID) where this backend last claimed or found a
+ * work_queue row: a worker acks what it claimed, so its acks look there
+ * first (in a drain, the rows taken are in the oldest slot, not the
+ * current one).
+ */
+static Oid	last_work_slot = InvalidOid;
+
+/* Note that a claim took a row of slot t. */
+void
+pgq_work_slot_used(PgqTable *t)
+{
+	last_work_slot = RelationGetRelid(t->rel);
+}
+
+/*
+ * Find the work_queue row of job id, probing the slots' primary keys: the
+ * one this backend last used first, then newest first.  Returns the slot's
+ * table, with the row in its found slot, and makes it w->work; NULL when no
+ * slot holds the job.
  */
 PgqTable *
 pgq_find_work(PgqWrite *w, Datum id)
 {
+	int			hint = -1;
 	int			i;
 
-	for (i = 0; i < w->works_view.n; i++)
+	for (i = 0; i < w->works_view.n && hint < 0; i++)
+		if (w->works_view.relid[i] == last_work_slot)
+			hint = i;
+	for (i = -1; i < w->works_view.n; i++)
 	{
-		PgqTable   *t = pgq_work_slot(w, i);
+		PgqTable   *t;
 
+		if (i == hint || (i < 0 && hint < 0))
+			continue;			/* the hint is probed first, once */
+		t = pgq_work_slot(w, i < 0 ? hint : i);
 		if (pgq_find(w, t, id))
+		{
+			pgq_work_slot_used(t);
 			return w->work = t;
+		}
 	}
 	return NULL;
+}
+
+/*
+ * Delete (build NULL) or update the work_queue row of job id if
+ * check(row, arg), as pgq_delete_found and pgq_update_found do, after
+ * pgq_find_work; changes names the columns an update changes.  A row that
+ * another transaction deleted meanwhile may have been moved to another
+ * slot (ring.c, a straggler move: a delete and an insert): under READ
+ * COMMITTED it is looked for again with a new snapshot.  Returns whether
+ * the row was written; w->work is its slot.
+ */
+bool
+pgq_write_work(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
+			   void *arg, const PgqCol *changes, int nchanges)
+{
+	int			attempt;
+
+	for (attempt = 0;; attempt++)
+	{
+		bool		done;
+
+		w->row_gone = false;
+		if (pgq_find_work(w, id) == NULL)
+			return false;
+		if (build == NULL)
+			done = pgq_delete_found(w, w->work, check, arg);
+		else
+		{
+			pgq_write_changes(w, w->work, changes, nchanges);
+			done = pgq_update_found(w, w->work, check, build, arg);
+		}
+		if (done || !w->row_gone || attempt == 3)
+			return done;
+		pgq_write_new_snapshot(w);
+	}
 }
 
 /*
@@ -347,13 +409,17 @@ pgq_write_result(PgqWrite *w, PgqTable *t, TM_Result res, TM_FailureData *tmfd,
 			if (res == TM_Ok)
 				return true;
 			if (res == TM_Deleted)
+			{
+				w->row_gone = true;
 				return false;
+			}
 			break;
 		case TM_Deleted:
 			if (IsolationUsesXactSnapshot())
 				ereport(ERROR,
 						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 						 errmsg("could not serialize access due to concurrent delete")));
+			w->row_gone = true;
 			return false;
 		case TM_SelfModified:
 			/* changed by this very call (as by a statement, for itself) */

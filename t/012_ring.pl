@@ -10,7 +10,9 @@
 #   sees what it saw;
 # - a slot whose rows a snapshot taken after it became current could see
 #   is not truncated until that transaction ends, and that snapshot still
-#   reads its rows.
+#   reads its rows;
+# - the few rows left in an old slot (a queue no one claims, a long lease)
+#   are moved to the current slot, and the ring does not grow with them.
 use strict;
 use warnings;
 
@@ -159,6 +161,35 @@ $late->query_safe('COMMIT');
 $late->quit;
 ok(wait_state($cur, 'free'), "slot $cur truncated once that transaction ended");
 drain('d');
+
+# --- straggler moves ----------------------------------------------------------
+# Jobs of a queue that no one claims, and one held for an hour, in the current
+# slot: as the ring turns, they are moved along to the current slot (once their
+# slot is 10 s old) instead of keeping it from draining.
+my $stuck = q1(q{SELECT slot FROM pgqueue.slots WHERE tbl = 'work_queue' AND state = 'current'});
+push_scheduled('stuck', 1, 50);
+is(q1(q{SELECT count(*) FROM pgq_claim('holder', 1, '1 hour', ARRAY['stuck'])}),
+	'1', 'one of them held for an hour');
+my $started = time;
+while (time - $started < 13)
+{
+	q1(q{SELECT pgq_push_batch('e', ARRAY(SELECT jsonb_build_object('n', g)
+	      FROM generate_series(1, 500) g))});
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pgqueue.queue WHERE queue = 'e' AND state = 'pending'");
+	drain('e');
+}
+ok( $node->poll_query_until(
+		'postgres', "SELECT state = 'free' FROM pgqueue.slots WHERE tbl = 'work_queue' AND slot = $stuck"),
+	"the slot they were in was emptied and truncated: " . slot_states());
+is(q1(q{SELECT count(*) FROM pgqueue.work_queue WHERE queue = 'stuck'}),
+	'50', 'the 50 jobs are all still there');
+cmp_ok(q1(q{SELECT count(*) FROM pgqueue.slots WHERE tbl = 'work_queue' AND state <> 'free'}),
+	'<=', 4, 'and the ring did not grow with them');
+is( q1(q{SELECT pgq_ack(id, 'holder') FROM pgqueue.work_queue WHERE lock_key = 'holder'}),
+	't', 'the held job is acked by its holder in its new slot');
+is( q1(q{SELECT count(*) FROM pgq_claim('late', 100, '1 minute', ARRAY['stuck'])}),
+	'49', 'the others are claimed');
 
 $node->stop;
 done_testing();
