@@ -120,6 +120,28 @@ pgq_subxact(void (*fn) (void *), void *arg, int catch_code)
 	return edata;
 }
 
+/*
+ * Run a step of a background upkeep (the archive's partitions, the ring of
+ * work_queue's slots) in a subtransaction: an error is reported as a
+ * WARNING, or at DEBUG1 for a lock not obtained in time or a serialization
+ * failure (the next try does not meet them), with hint, and rolled back;
+ * the caller goes on.  A query cancel is thrown on.
+ */
+void
+pgq_upkeep_try(void (*fn) (void *), void *arg, const char *what, const char *hint)
+{
+	ErrorData  *edata = pgq_subxact(fn, arg, 0);
+
+	if (edata == NULL)
+		return;
+	ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? DEBUG1 : WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("could not %s: %s", what, edata->message),
+			 errhint("%s", hint)));
+	FreeErrorData(edata);
+}
+
 static void
 pgq_run_statement(void *arg)
 {

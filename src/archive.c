@@ -500,26 +500,11 @@ pgq_archive_drop_expired(void *arg)
 	SPI_finish();
 }
 
-/*
- * Run a step of the upkeep in a subtransaction: an error is reported (as
- * a WARNING, or DEBUG1 for a lock not obtained in time or a serialization
- * failure, which the next try a minute later does not meet: the latter
- * when pgq_schedule runs in a user's SERIALIZABLE transaction) and rolled
- * back, and the caller goes on.  A query cancel is thrown on.
- */
+/* Run a step of the upkeep: a failure is logged, and tried again later. */
 static void
 pgq_archive_try(void (*fn) (void *), void *arg, const char *what)
 {
-	ErrorData  *edata = pgq_subxact(fn, arg, 0);
-
-	if (edata == NULL)
-		return;
-	ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? DEBUG1 : WARNING,
-			(errcode(edata->sqlerrcode),
-			 errmsg("could not %s: %s", what, edata->message),
-			 errhint("The upkeep tries again within a minute.")));
-	FreeErrorData(edata);
+	pgq_upkeep_try(fn, arg, what, "The upkeep tries again within a minute.");
 }
 
 /*

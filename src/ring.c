@@ -337,27 +337,40 @@ pgq_ring_view(Oid nsp, const char *name, PgqRingView *v)
  */
 
 /*
- * Whether no row of the table is live for any transaction: no row version
- * whose insert committed or is in progress and whose delete is not
- * committed.
+ * The rows of relid that some transaction may still see as live, counted
+ * up to max + 1: row versions whose insert committed or is in progress and
+ * whose delete is not committed (SnapshotDirty).  0: the slot is empty.
  */
-static bool
-slot_empty(Oid relid)
+static int
+slot_rows(Oid relid, int max)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
 	SnapshotData dirty;
 	TableScanDesc scan;
 	TupleTableSlot *slot;
-	bool		empty;
+	int			n = 0;
 
 	InitDirtySnapshot(dirty);
 	scan = table_beginscan(rel, &dirty, 0, NULL);
 	slot = table_slot_create(rel, NULL);
-	empty = !table_scan_getnextslot(scan, ForwardScanDirection, slot);
+	while (n <= max && table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		n++;
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);
 	table_close(rel, NoLock);
-	return empty;
+	return n;
+}
+
+/* Whether the slot relid has grown to pgqueue.slot_size. */
+static bool
+slot_full(Oid relid)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	bool		full = (int64) RelationGetNumberOfBlocks(rel) * BLCKSZ >=
+		(int64) pgqueue_slot_size_kb * 1024;
+
+	table_close(rel, NoLock);
+	return full;
 }
 
 /*
@@ -500,7 +513,6 @@ ring_turn(void *arg)
 	Ring		ring;
 	RingSlot   *cur;
 	bool		changed = false;
-	bool		full;
 	int			i;
 
 	LockRelationOid(parent, AccessShareLock);
@@ -529,7 +541,7 @@ ring_turn(void *arg)
 			if (!waits_over(s->slot) ||
 				!ConditionalLockRelationOid(s->relid, AccessExclusiveLock))
 				continue;
-			if (!slot_empty(s->relid))
+			if (slot_rows(s->relid, 0) > 0)
 			{
 				/* written by a pass that read it as current: visit it again */
 				set_state("work_queue", s, SLOT_LIVE);
@@ -543,7 +555,7 @@ ring_turn(void *arg)
 			made_xmin[s->slot] = InvalidTransactionId;
 			changed = true;
 		}
-		else if (s->state == SLOT_LIVE && slot_empty(s->relid))
+		else if (s->state == SLOT_LIVE && slot_rows(s->relid, 0) == 0)
 		{
 			set_state("work_queue", s, SLOT_DRAINED);
 			note_waits(s->slot);
@@ -552,14 +564,7 @@ ring_turn(void *arg)
 	}
 
 	/* time for a new current slot? */
-	{
-		Relation	rel = table_open(cur->relid, AccessShareLock);
-
-		full = (int64) RelationGetNumberOfBlocks(rel) * BLCKSZ >=
-			(int64) pgqueue_slot_size_kb * 1024;
-		table_close(rel, NoLock);
-	}
-	if (full)
+	if (slot_full(cur->relid))
 	{
 		RingSlot   *next = NULL;
 
@@ -609,36 +614,15 @@ ring_turn(void *arg)
 
 /* Most rows a slot may have left for them to be moved (straggler move). */
 #define PGQ_MOVE_MAX_ROWS 100
-/* How long a slot must have been made current before, for a move. */
+/* How long a slot must have been out of use (not current), for a move. */
 #define PGQ_MOVE_AGE_USECS (10 * USECS_PER_SEC)
-
-/* The rows of relid live for some transaction (SnapshotDirty), up to max + 1. */
-static int
-slot_rows(Oid relid, int max)
-{
-	Relation	rel = table_open(relid, AccessShareLock);
-	SnapshotData dirty;
-	TableScanDesc scan;
-	TupleTableSlot *slot;
-	int			n = 0;
-
-	InitDirtySnapshot(dirty);
-	scan = table_beginscan(rel, &dirty, 0, NULL);
-	slot = table_slot_create(rel, NULL);
-	while (n <= max && table_scan_getnextslot(scan, ForwardScanDirection, slot))
-		n++;
-	ExecDropSingleTupleTableSlot(slot);
-	table_endscan(scan);
-	table_close(rel, NoLock);
-	return n;
-}
 
 /*
  * Straggler moves: rows that stay in an old slot (a long lease, a queue
  * whose workers stopped) would keep it from ever draining, and the ring
- * would grow.  The few rows left in a live slot that is neither the
- * current one nor the one before it, made current more than
- * PGQ_MOVE_AGE_USECS ago, are moved to the current slot: deleted and
+ * would grow.  The few rows left in a live slot that stopped being
+ * current (another slot became current after it) more than
+ * PGQ_MOVE_AGE_USECS ago are moved to the current slot: deleted and
  * inserted again with the same values (id, lease, tries, version), in one
  * statement that locks each row (waiting at most PGQ_RING_LOCK_TIMEOUT_MS
  * for a row another transaction writes).  An ack, extend or nack that
@@ -654,17 +638,12 @@ ring_move(void *arg)
 	TimestampTz old = GetCurrentTimestamp() - PGQ_MOVE_AGE_USECS;
 	Ring		ring;
 	RingSlot   *cur;
-	RingSlot   *prev = NULL;
 	TimestampTz oldest = DT_NOEND;
 	int			i;
 
 	LockRelationOid(parent, AccessShareLock);
 	ring_load(nsp, parent, "work_queue", &ring);
 	cur = &ring.slots[ring.current];
-	for (i = 0; i < ring.n; i++)
-		if (ring.slots[i].state == SLOT_LIVE &&
-			(prev == NULL || ring.slots[i].since > prev->since))
-			prev = &ring.slots[i];
 
 	SPI_connect();
 	for (i = 0; i < ring.n; i++)
@@ -676,9 +655,17 @@ ring_move(void *arg)
 		uint64		j;
 		TimestampTz ready = DT_NOEND;
 		TimestampTz lease = DT_NOEND;
+		TimestampTz replaced = DT_NOEND;
 		int			n;
+		int			k;
 
-		if (s->state != SLOT_LIVE || s == prev || s->since > old)
+		if (s->state != SLOT_LIVE)
+			continue;
+		/* when it stopped being current: the next slot made current */
+		for (k = 0; k < ring.n; k++)
+			if (ring.slots[k].since > s->since && ring.slots[k].since < replaced)
+				replaced = ring.slots[k].since;
+		if (replaced > old)
 			continue;
 		n = slot_rows(s->relid, PGQ_MOVE_MAX_ROWS);
 		if (n == 0 || n > PGQ_MOVE_MAX_ROWS)
@@ -748,22 +735,6 @@ ring_move(void *arg)
 	SPI_finish();
 }
 
-/* Run a step of the ring's upkeep in a subtransaction; log what fails. */
-static void
-ring_try(void (*fn) (void *), const char *what)
-{
-	ErrorData  *edata = pgq_subxact(fn, NULL, 0);
-
-	if (edata == NULL)
-		return;
-	ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? DEBUG1 : WARNING,
-			(errcode(edata->sqlerrcode),
-			 errmsg("could not %s of pgqueue.work_queue: %s", what, edata->message),
-			 errhint("The scheduler tries again before its next pass.")));
-	FreeErrorData(edata);
-}
-
 /*
  * The scheduler's look at the ring, before a pass, in its transaction: at
  * most every PGQ_RING_MAINTAIN_USECS, and sooner when the current slot is
@@ -787,18 +758,14 @@ pgq_ring_maintain(void)
 	{
 		/* between looks, only whether the current slot is full (cheap) */
 		PgqRingView v;
-		Relation	rel;
-		bool		full;
 
 		pgq_ring_view(nsp, "work_queue", &v);
-		rel = table_open(v.relid[0], AccessShareLock);
-		full = (int64) RelationGetNumberOfBlocks(rel) * BLCKSZ >=
-			(int64) pgqueue_slot_size_kb * 1024;
-		table_close(rel, NoLock);
-		if (!full)
+		if (!slot_full(v.relid[0]))
 			return;
 	}
 	next_maintain = now + PGQ_RING_MAINTAIN_USECS;
-	ring_try(ring_turn, "turn the ring");
-	ring_try(ring_move, "move the rows left in old slots");
+	pgq_upkeep_try(ring_turn, NULL, "turn the ring of pgqueue.work_queue",
+				   "The scheduler tries again before its next pass.");
+	pgq_upkeep_try(ring_move, NULL, "move the rows left in old slots of pgqueue.work_queue",
+				   "The scheduler tries again before its next pass.");
 }

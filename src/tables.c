@@ -666,9 +666,7 @@ pgq_slot_cache_get(Oid parent, const char *role)
 	int			i;
 
 	for (i = 0; i < slot_cache_used; i++)
-		if (slot_cache[i].parent == parent &&
-			(role == NULL ? slot_cache[i].role == NULL :
-			 slot_cache[i].role != NULL && strcmp(slot_cache[i].role, role) == 0))
+		if (slot_cache[i].parent == parent && strcmp(slot_cache[i].role, role) == 0)
 			return slot_cache[i].part;
 	return InvalidOid;
 }

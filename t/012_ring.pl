@@ -165,7 +165,7 @@ drain('d');
 # --- straggler moves ----------------------------------------------------------
 # Jobs of a queue that no one claims, and one held for an hour, in the current
 # slot: as the ring turns, they are moved along to the current slot (once their
-# slot is 10 s old) instead of keeping it from draining.
+# slot has been out of use for 10 s) instead of keeping it from draining.
 my $stuck = q1(q{SELECT slot FROM pgqueue.slots WHERE tbl = 'work_queue' AND state = 'current'});
 push_scheduled('stuck', 1, 50);
 is(q1(q{SELECT count(*) FROM pgq_claim('holder', 1, '1 hour', ARRAY['stuck'])}),
