@@ -143,9 +143,12 @@ CREATE TABLE pgqueue.archive (
  * low, when set: rows moved into it are older than that (claims begin a
  * slot's walk only once they reach min(since, low)).  Only the scheduler
  * writes it.  The
- * scheduler makes the slots of work_queue after slot 0 at run time, as
- * tables of their own attached to the parent (work_queue_1, ...): they are
- * not members of the extension, and pg_dump dumps them with their rows.
+ * scheduler makes the slots of queue and work_queue after slot 0 at run
+ * time, as tables of their own attached to the parents (queue_1,
+ * work_queue_1, ...): they are not members of the extension, and pg_dump
+ * dumps them with their rows.  Slot 0 of queue is its cold slot: never
+ * truncated, it keeps the jobs with a dedup_key (its unique index is the
+ * only one) and the jobs that stayed in an old slot (src/ring.c).
  */
 CREATE TABLE pgqueue.slots (
     tbl   text NOT NULL CHECK (tbl IN ('queue', 'work_queue')),

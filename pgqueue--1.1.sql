@@ -100,9 +100,10 @@ CREATE TABLE pgqueue.work_queue (
  * The slots: both tables are partitioned by slot (LIST), one partition a
  * slot, so that a slot whose rows are all finished can be given back whole
  * (TRUNCATE) instead of row by row through VACUUM, which a long snapshot
- * holds back (bench/ROTATION.md).  This version has one slot per table,
- * slot 0, made here as a member of the extension; the per-job calls write
- * it directly (src/tables.c), the other statements go through the parents.
+ * holds back (bench/ROTATION.md).  Slot 0 of each is made here as a
+ * member of the extension, the others by the scheduler (pgqueue.slots,
+ * below); the per-job calls write the slots directly (src/tables.c), the
+ * other statements go through the parents.
  *
  * Each slot carries its own primary key and indexes, named after it
  * (queue_0_ready_idx is slot 0's queue_ready_idx); the parents have none.
@@ -203,9 +204,12 @@ CREATE TABLE pgqueue.archive (
  * low, when set: rows moved into it are older than that (claims begin a
  * slot's walk only once they reach min(since, low)).  Only the scheduler
  * writes it.  The
- * scheduler makes the slots of work_queue after slot 0 at run time, as
- * tables of their own attached to the parent (work_queue_1, ...): they are
- * not members of the extension, and pg_dump dumps them with their rows.
+ * scheduler makes the slots of queue and work_queue after slot 0 at run
+ * time, as tables of their own attached to the parents (queue_1,
+ * work_queue_1, ...): they are not members of the extension, and pg_dump
+ * dumps them with their rows.  Slot 0 of queue is its cold slot: never
+ * truncated, it keeps the jobs with a dedup_key (its unique index is the
+ * only one) and the jobs that stayed in an old slot (src/ring.c).
  */
 CREATE TABLE pgqueue.slots (
     tbl   text NOT NULL CHECK (tbl IN ('queue', 'work_queue')),

@@ -274,7 +274,7 @@ pgq_retry_run(SPIPlanPtr plan, Datum *args)
 		pgq_ready_at_commit(DatumGetTextPCopy(SPI_getbinval(SPI_tuptable->vals[0],
 															SPI_tuptable->tupdesc,
 															3, &isnull)),
-							key);
+							key, PGQ_ALL_SLOTS);
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
 	}
 	return n;

@@ -54,7 +54,7 @@ PG_FUNCTION_INFO_V1(pgq_stats);
 
 /* Kept plans, prepared on first use in each backend. */
 static SPIPlanPtr plan_push_dedup[2];	/* by slotted (1.1) or not (1.0) */
-static SPIPlanPtr plan_find_dedup = NULL;
+static SPIPlanPtr plan_find_dedup[2];
 static SPIPlanPtr plan_release[2] = {NULL, NULL};
 static SPIPlanPtr plan_configure[2] = {NULL, NULL};
 static SPIPlanPtr plan_stats = NULL;
@@ -399,13 +399,13 @@ pgq_queues_arg(FunctionCallInfo fcinfo, int argno)
  * commit (publish.c).
  */
 static void
-pgq_push_lower_at_commit(FunctionCallInfo fcinfo)
+pgq_push_lower_at_commit(FunctionCallInfo fcinfo, int32 slot)
 {
 	PgqKey		k;
 
 	k.hi = -(int64) PG_GETARG_INT32(3);
 	k.lo = PG_ARGISNULL(2) ? GetCurrentTransactionStartTimestamp() : PG_GETARG_TIMESTAMPTZ(2);
-	pgq_ready_at_commit(PG_GETARG_TEXT_PP(0), k);
+	pgq_ready_at_commit(PG_GETARG_TEXT_PP(0), k, PGQ_SLOT_BIT(slot));
 }
 
 /*
@@ -422,6 +422,7 @@ pgq_push(PG_FUNCTION_ARGS)
 	text	   *dedup_key = NULL;
 	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
 	pg_uuid_t  *result = NULL;
+	int32		slot = 0;		/* where it went: jobs with a dedup_key, slot 0 */
 	Datum		args[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	int			attempt;
@@ -447,7 +448,7 @@ pgq_push(PG_FUNCTION_ARGS)
 
 	if (dedup_key == NULL)
 	{
-		pgq_push_job(id, queue, payload, !PG_ARGISNULL(2),
+		slot = pgq_push_job(id, queue, payload, !PG_ARGISNULL(2),
 					 PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
 					 PG_GETARG_INT32(3));
 		result = id;
@@ -468,7 +469,11 @@ pgq_push(PG_FUNCTION_ARGS)
 		bool		slotted = get_rel_relkind(pgq_relid(get_namespace_oid("pgqueue", false),
 														"queue")) == RELKIND_PARTITIONED_TABLE;
 
-		/* the queue ring does not turn yet: its slot 0 is always current */
+		/*
+		 * Jobs with a dedup_key go to slot 0, queue's cold slot, and stay
+		 * there (ring.c moves rows into it, never out): its unique index
+		 * covers every one of them.
+		 */
 		plan = pgq_keep_plan(&plan_push_dedup[slotted],
 							 slotted ?
 							 "INSERT INTO pgqueue.queue_0 (id, queue, payload, run_after, priority, dedup_key)"
@@ -482,10 +487,13 @@ pgq_push(PG_FUNCTION_ARGS)
 							 "   WHERE dedup_key IS NOT NULL AND state <> 'failed'"
 							 " DO NOTHING RETURNING id",
 							 6, types);
-		find = pgq_keep_plan(&plan_find_dedup,
-										 "SELECT id FROM pgqueue.queue"
-										 " WHERE queue = $1 AND dedup_key = $2 AND state <> 'failed'",
-										 2, ftypes);
+		find = pgq_keep_plan(&plan_find_dedup[slotted],
+							 slotted ?
+							 "SELECT id FROM pgqueue.queue_0"
+							 " WHERE queue = $1 AND dedup_key = $2 AND state <> 'failed'" :
+							 "SELECT id FROM pgqueue.queue"
+							 " WHERE queue = $1 AND dedup_key = $2 AND state <> 'failed'",
+							 2, ftypes);
 
 		/*
 		 * Insert, or find the live job that holds the key.  That job can be
@@ -527,7 +535,7 @@ pgq_push(PG_FUNCTION_ARGS)
 
 	pgq_count(PGQ_PUSHED, 1);
 	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
-	pgq_push_lower_at_commit(fcinfo);
+	pgq_push_lower_at_commit(fcinfo, slot);
 	PG_RETURN_UUID_P(result);
 }
 
@@ -550,6 +558,7 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	pg_uuid_t  *idvals;
 	int			n;
 	int			i;
+	int32		slot;
 
 	pgq_require(fcinfo, 1, "payloads");
 	payloads = PG_GETARG_ARRAYTYPE_P(1);
@@ -589,9 +598,9 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 		pgq_uuid7(&idvals[i]);
 		iddatums[i] = UUIDPGetDatum(&idvals[i]);
 	}
-	pgq_push_jobs(idvals, elems, n, queue, !PG_ARGISNULL(2),
-				  PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
-				  PG_GETARG_INT32(3));
+	slot = pgq_push_jobs(idvals, elems, n, queue, !PG_ARGISNULL(2),
+						 PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
+						 PG_GETARG_INT32(3));
 
 	for (i = 0; i < n; i++)
 	{
@@ -604,7 +613,7 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	pgq_count(PGQ_PUSHED, n);
 	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
 	if (n > 0)
-		pgq_push_lower_at_commit(fcinfo);
+		pgq_push_lower_at_commit(fcinfo, slot);
 	return (Datum) 0;
 }
 

@@ -665,7 +665,7 @@ static int
 pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 			   TimestampTz now, TimestampTz *min_lease)
 {
-	PgqTable   *job = pgq_write_job(w);
+	PgqTable   *job;
 	LeaseArgs	a;
 	int			done = 0;
 	int			i;
@@ -681,7 +681,7 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 		if (w->works[i].is_open)
 			pgq_write_changes(w, &w->works[i], work_changes, lengthof(work_changes));
 	if (w->layout == PGQ_V10)
-		pgq_write_changes(w, job, job_changes, lengthof(job_changes));
+		pgq_write_changes(w, pgq_write_job(w), job_changes, lengthof(job_changes));
 
 	for (i = 0; i < n; i++)
 	{
@@ -696,7 +696,7 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 		if (!table_tuple_fetch_row_version(work->rel, &rows[i].tid, SnapshotAny, work->found))
 			elog(ERROR, "locked row of \"pgqueue.work_queue\" is missing");
 		id = pgq_get(work, work->found, PGQ_COL_ID, &fnull);
-		if (!pgq_find(w, job, id))
+		if ((job = pgq_find_job(w, id)) == NULL)
 		{
 			(void) pgq_delete_found(w, work, NULL, NULL);
 			continue;
@@ -759,7 +759,7 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 	PgqScan		lscan;
 	int			nest;
 
-	pgq_write_begin(&w, "pgq_claim", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
+	pgq_write_begin(&w, "pgq_claim", PGQ_OPEN_WORK);
 
 	/*
 	 * Expired leases: the bound is read before the probe's snapshot

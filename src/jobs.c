@@ -106,7 +106,7 @@ pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s)
  * NULL (has_run_after false): due at the transaction's start, as "DEFAULT
  * now()".
  */
-void
+int32
 pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 			  bool has_run_after, TimestampTz run_after, int32 priority)
 {
@@ -116,10 +116,11 @@ pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 	bool		isnull[PGQ_NUM_COLS * 2];
 	TupleDesc	desc;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	int32		slot;
 	int			i;
 
 	pgq_write_begin(&w, "pgq_push", PGQ_OPEN_JOB);
-	t = &w.job;
+	t = w.job;
 	desc = RelationGetDescr(t->rel);
 	if (desc->natts > lengthof(values))
 		elog(ERROR, "relation \"pgqueue.queue\" has %d columns", desc->natts);
@@ -152,17 +153,19 @@ pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 		ResetPerTupleExprContext(w.estate);
 	}
 #undef SETCOL
+	slot = t->slot;
 	pgq_write_end(&w);
+	return slot;
 }
 
 /* Insert one pending job (no dedup_key) with id *id: pgq_push_jobs. */
-void
+int32
 pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload, bool has_run_after,
 			 TimestampTz run_after, int32 priority)
 {
 	Datum		d = JsonbPGetDatum(payload);
 
-	pgq_push_jobs(id, &d, 1, queue, has_run_after, run_after, priority);
+	return pgq_push_jobs(id, &d, 1, queue, has_run_after, run_after, priority);
 }
 
 /* ----------------------------------------------------------------
@@ -235,7 +238,7 @@ pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline)
 static void
 pgq_archive_removed(PgqWrite *w, PgqOutcome outcome, int64 retention)
 {
-	PgqTable   *job = &w->job;
+	PgqTable   *job = w->job;
 	PgqFinishedJob f;
 	bool		isnull;
 
@@ -262,8 +265,7 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 	bool		wake_scheduler = false;
 	int			i;
 
-	pgq_write_begin(&w, "pgq_ack", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
-	job = &w.job;
+	pgq_write_begin(&w, "pgq_ack", PGQ_OPEN_WORK);
 	for (i = 0; i < n; i++)
 	{
 		PgqQueueSettings s;
@@ -274,8 +276,9 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 		done++;
 
 		/* the job row; missing only if removed behind the API's back */
-		if (!pgq_find(&w, job, ids[i]) || !pgq_delete_found(&w, job, NULL, NULL))
+		if (!pgq_write_job_row(&w, ids[i], NULL, NULL, NULL, NULL, 0))
 			continue;
+		job = w.job;
 		pgq_queue_settings(pgq_get(job, job->found, PGQ_COL_QUEUE, &isnull),
 						   w.snapshot, &s);
 		/* a place under max_in_flight is free */
@@ -368,7 +371,7 @@ const char *
 pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in)
 {
 	PgqWrite	w;
-	PgqTable   *job;
+	int32		slot = 0;
 	NackArgs	a;
 	PgqQueueSettings s;
 	bool		isnull;
@@ -376,8 +379,7 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 	static const PgqCol changes[] = {PGQ_COL_STATE, PGQ_COL_RUN_AFTER,
 	PGQ_COL_LAST_ERROR, PGQ_COL_TRIES, PGQ_COL_VERSION};
 
-	pgq_write_begin(&w, "pgq_nack", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
-	job = &w.job;
+	pgq_write_begin(&w, "pgq_nack", PGQ_OPEN_WORK);
 	if (pgq_write_work(&w, id, pgq_held_by, NULL, key, NULL, 0))
 	{
 		memset(&a, 0, sizeof(a));
@@ -391,9 +393,10 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 		pgq_queue_settings(pgq_get(w.work, w.work->found, PGQ_COL_QUEUE, &isnull),
 						   w.snapshot, &s);
 		a.max_tries = s.max_tries;
-		pgq_write_changes(&w, job, changes, lengthof(changes));
-		done = pgq_find(&w, job, id) &&
-			pgq_update_found(&w, job, NULL, pgq_nack_build, &a);
+		done = pgq_write_job_row(&w, id, NULL, pgq_nack_build, &a,
+								 changes, lengthof(changes));
+		if (done)
+			slot = w.job->slot;
 	}
 	pgq_write_end(&w);
 
@@ -414,7 +417,7 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 
 		k.hi = a.np;
 		k.lo = a.run_after;
-		pgq_ready_at_commit(a.queue, k);
+		pgq_ready_at_commit(a.queue, k, PGQ_SLOT_BIT(slot));
 	}
 	if (a.run_after <= GetCurrentTimestamp())
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);

@@ -166,10 +166,10 @@ extern void pgq_count(PgqCounter counter, int64 n);
 extern void pgq_count_now(PgqCounter counter, int64 n);
 extern void pgq_wake_at_commit(int what);
 extern void pgq_claimable_at_commit(int64 n);
-extern void pgq_ready_at_commit(text *queue, PgqKey key);
+extern void pgq_ready_at_commit(text *queue, PgqKey key, uint32 slots);
 extern void pgq_settings_changed_at_commit(void);
-extern int	pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys);
-extern int	pgq_own_ready(char ***names, PgqKey **keys);
+extern int	pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys, uint32 **slots);
+extern int	pgq_own_ready(char ***names, PgqKey **keys, uint32 **slots);
 extern uint64 pgq_settings_generation(void);
 extern void pgq_prepare_wait(bool filtered);
 extern void pgq_wait_for_work(TimestampTz until);
@@ -243,11 +243,17 @@ typedef struct PgqTable
  */
 typedef struct PgqRingView
 {
+	Oid			parent;			/* the table (a 1.0 table is its own slot) */
 	int			n;
 	Oid			relid[PGQ_MAX_SLOTS];
 	int32		slot[PGQ_MAX_SLOTS];
 	TimestampTz low[PGQ_MAX_SLOTS];	/* no row of the slot has an older created */
+	TimestampTz since[PGQ_MAX_SLOTS];	/* when it last became current */
 } PgqRingView;
+
+/* A slot number's bit in a mask of slots (0: a number past the mask's). */
+#define PGQ_SLOT_BIT(s) ((s) >= 0 && (s) < 32 ? ((uint32) 1) << (s) : (uint32) 0)
+#define PGQ_ALL_SLOTS	((uint32) 0xFFFFFFFF)
 
 /* A call writing pgqueue's tables: pgq_write_begin .. pgq_write_end. */
 typedef struct PgqWrite
@@ -257,12 +263,13 @@ typedef struct PgqWrite
 	CommandId	cid;
 	PgqLayout	layout;
 	PgqRingView works_view;		/* work_queue's slots */
-	Oid			job_relid;
-	int32		job_slot;
+	PgqRingView jobs_view;		/* queue's slots */
 	PgqTable	works[PGQ_MAX_SLOTS];	/* opened on demand (pgq_work_slot) */
 	PgqTable   *work;			/* the current slot of work_queue, or where
 								 * pgq_find_work found a row */
-	PgqTable	job;			/* pgqueue.queue (see pgq_write_job) */
+	PgqTable	jobs[PGQ_MAX_SLOTS];	/* opened on demand (pgq_job_slot) */
+	PgqTable   *job;			/* the current slot of queue (pgq_write_job),
+								 * or where pgq_find_job found a row */
 	bool		row_gone;		/* a write found its row deleted meanwhile */
 } PgqWrite;
 
@@ -284,6 +291,10 @@ extern PgqTable *pgq_find_work(PgqWrite *w, Datum id);
 extern void pgq_work_slot_used(PgqTable *t);
 extern bool pgq_write_work(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
 						   void *arg, const PgqCol *changes, int nchanges);
+extern PgqTable *pgq_job_slot(PgqWrite *w, int i);
+extern PgqTable *pgq_find_job(PgqWrite *w, Datum id);
+extern bool pgq_write_job_row(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
+							  void *arg, const PgqCol *changes, int nchanges);
 extern bool pgq_delete_found(PgqWrite *w, PgqTable *t, PgqRowCheck check, void *arg);
 extern bool pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
 							 PgqRowBuild build, void *arg);
@@ -314,9 +325,9 @@ typedef struct PgqQueueSettings
 } PgqQueueSettings;
 
 extern void pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s);
-extern void pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload,
-						 bool has_run_after, TimestampTz run_after, int32 priority);
-extern void pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
+extern int32 pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload,
+						  bool has_run_after, TimestampTz run_after, int32 priority);
+extern int32 pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 						  bool has_run_after, TimestampTz run_after, int32 priority);
 extern bool pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline);
 extern int	pgq_ack_jobs(Datum *ids, int n, text *key);

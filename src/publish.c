@@ -68,6 +68,7 @@ static PgqSubCounts *sub_counts = NULL;
 #define PGQ_READY_NAMES 8
 static char pending_ready[PGQ_READY_NAMES][PGQ_MAX_NAME_BYTES + 1];
 static PgqKey pending_ready_key[PGQ_READY_NAMES];
+static uint32 pending_ready_slots[PGQ_READY_NAMES];
 static int	pending_nready = 0;
 static bool pending_ready_all = false;
 static bool pending_settings = false;
@@ -209,12 +210,14 @@ pgq_broadcast_claimers(void)
 
 /*
  * A job of queue becomes ready (pending or retry) with key (-priority,
- * run_after) when the current transaction commits: the SCHED bound is
- * lowered to the key (bounds.c) and the scheduling processes are told the
- * queue (schedule.c reads the notes).
+ * run_after) when the current transaction commits, its row in one of the
+ * slots of pgqueue.queue in the mask slots (PGQ_SLOT_BIT; PGQ_ALL_SLOTS
+ * when not known): the SCHED bound is lowered to the key (bounds.c) and
+ * the scheduling processes are told the queue and the slots (schedule.c
+ * reads the notes).
  */
 void
-pgq_ready_at_commit(text *queue, PgqKey key)
+pgq_ready_at_commit(text *queue, PgqKey key, uint32 slots)
 {
 	int			len = VARSIZE_ANY_EXHDR(queue);
 	int			i;
@@ -233,6 +236,7 @@ pgq_ready_at_commit(text *queue, PgqKey key)
 		{
 			if (pgq_key_cmp(&key, &pending_ready_key[i]) < 0)
 				pending_ready_key[i] = key;
+			pending_ready_slots[i] |= slots;
 			return;
 		}
 	if (pending_nready == PGQ_READY_NAMES)
@@ -243,6 +247,7 @@ pgq_ready_at_commit(text *queue, PgqKey key)
 	memcpy(pending_ready[pending_nready], VARDATA_ANY(queue), len);
 	pending_ready[pending_nready][len] = '\0';
 	pending_ready_key[pending_nready] = key;
+	pending_ready_slots[pending_nready] = slots;
 	pending_nready++;
 }
 
@@ -273,6 +278,7 @@ pgq_write_ready_notes(PgqDbSlot *slot)
 		{
 			strcpy(note->queue, pending_ready[i]);
 			note->key = pending_ready_key[i];
+			note->slots = pending_ready_slots[i];
 		}
 	}
 	SpinLockRelease(&slot->ready_mutex);
@@ -280,13 +286,14 @@ pgq_write_ready_notes(PgqDbSlot *slot)
 
 /*
  * The notes written after note number *pos (the caller's position, 0 at
- * first): their queue names and keys in *names and *keys (palloc'd), their
- * number returned; *pos moves to the last.  Returns -1 when the caller fell
- * more than the ring behind, or a note said "every queue": the caller walks
- * every queue.  Also -1 without shared memory.
+ * first): their queue names, keys and slot masks in *names, *keys and
+ * *slotmasks (palloc'd), their number returned; *pos moves to the last.
+ * Returns -1 when the caller fell more than the ring behind, or a note said
+ * "every queue": the caller walks every queue.  Also -1 without shared
+ * memory.
  */
 int
-pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys)
+pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys, uint32 **slotmasks)
 {
 	PgqDbSlot  *slot = pgq_my_slot();
 	uint64		seq;
@@ -295,6 +302,7 @@ pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys)
 
 	*names = NULL;
 	*keys = NULL;
+	*slotmasks = NULL;
 	if (slot == NULL)
 		return -1;
 	SpinLockAcquire(&slot->ready_mutex);
@@ -307,6 +315,7 @@ pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys)
 
 		*names = palloc(sizeof(char *) * (seq - *pos));
 		*keys = palloc(sizeof(PgqKey) * (seq - *pos));
+		*slotmasks = palloc(sizeof(uint32) * (seq - *pos));
 		for (i = *pos + 1; i <= seq && !all; i++)
 		{
 			/* note number i is in ready[(i - 1) % PGQ_READY_RING] */
@@ -317,6 +326,7 @@ pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys)
 			else
 			{
 				(*keys)[n] = note->key;
+				(*slotmasks)[n] = note->slots;
 				(*names)[n++] = pstrdup(note->queue);
 			}
 		}
@@ -328,27 +338,30 @@ pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys)
 
 /*
  * The queues the current transaction made work ready in so far (visible to
- * it before its notes are written at commit): their names and keys, their
- * number returned, or -1 when it made work ready in more queues than it
+ * it before its notes are written at commit): their names, keys and slot
+ * masks, their number returned, or -1 when it made work ready in more queues than it
  * keeps.
  */
 int
-pgq_own_ready(char ***names, PgqKey **keys)
+pgq_own_ready(char ***names, PgqKey **keys, uint32 **slotmasks)
 {
 	int			i;
 
 	*names = NULL;
 	*keys = NULL;
+	*slotmasks = NULL;
 	if (pending_ready_all)
 		return -1;
 	if (pending_nready == 0)
 		return 0;
 	*names = palloc(sizeof(char *) * pending_nready);
 	*keys = palloc(sizeof(PgqKey) * pending_nready);
+	*slotmasks = palloc(sizeof(uint32) * pending_nready);
 	for (i = 0; i < pending_nready; i++)
 	{
 		(*names)[i] = pending_ready[i];
 		(*keys)[i] = pending_ready_key[i];
+		(*slotmasks)[i] = pending_ready_slots[i];
 	}
 	return pending_nready;
 }

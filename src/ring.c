@@ -3,18 +3,27 @@
  * ring.c
  *		The slots of pgqueue.queue and pgqueue.work_queue: which of their
  *		partitions calls visit (the view, cached per backend), and the
- *		ring that the scheduler turns for work_queue: a new current slot
- *		every pgqueue.slot_size of rows, slots whose rows are all gone
- *		given back whole with TRUNCATE instead of row by row by VACUUM,
- *		which a long snapshot holds back (bench/ROTATION.md).
+ *		rings that the scheduler turns: a new current slot every
+ *		pgqueue.slot_size of rows, slots whose rows are all gone given
+ *		back whole with TRUNCATE instead of row by row by VACUUM, which a
+ *		long snapshot holds back (bench/ROTATION.md).
  *
  * States (pgqueue.slots; a partition without a row there is 'live'):
  *
- *	 current	where new rows go (a scheduling pass's work_queue rows)
+ *	 current	where new rows go (pushes' job rows, a scheduling pass's
+ *				work_queue rows)
  *	 live		may hold rows: calls visit it (claims walk it, acks probe it)
  *	 drained	found empty: calls no longer visit it; truncated when no
  *				snapshot that could see its rows is left (below)
  *	 free		truncated, empty: the next slot to become current
+ *
+ * Slot 0 of queue is its cold slot: once another slot was made current it
+ * stays live, never drained.  Jobs with a dedup_key are pushed into it (its
+ * unique index is the only one: uniqueness holds because such jobs never
+ * leave it), and the job rows left in an old slot are moved into it
+ * (ring_move_jobs): jobs due later, dead letters, a paused queue's backlog,
+ * jobs under long leases, which may stay for days and would otherwise keep
+ * their slot, and the ring, from turning.  VACUUM keeps slot 0.
  *
  * Only the scheduler changes states (pgq_ring_maintain, before each of its
  * passes), and sends a relcache invalidation of the parent with each
@@ -28,9 +37,9 @@
  * on the parent competes for it) after a look, under that lock, finds no
  * row that any transaction could still see as live (SnapshotDirty: rows
  * whose insert or delete is in progress count as live).  A drained slot in
- * which that look finds rows (a pgq_schedule that read the slot as current
- * before the switch, and wrote it after it was found empty) becomes live
- * again.
+ * which that look finds rows (a push or a pgq_schedule that read the slot
+ * as current before the switch, in a transaction that had opened it, and
+ * wrote it after it was found empty) becomes live again.
  *
  * Why no snapshot sees rows vanish (TRUNCATE is not MVCC-safe: a snapshot
  * taken before it that reads the table afterwards finds it empty).  A
@@ -125,12 +134,22 @@ static RingCache ring_cache[2];
 static bool ring_cache_registered = false;
 static uint64 ring_invals = 0;	/* invalidations seen, for the loads */
 
-/* The scheduler's notes (pgq_ring_maintain), by slot number. */
-static Oid	notes_parent = InvalidOid;
-static TransactionId made_xmin[PGQ_MAX_SLOTS];
-static VirtualTransactionId *waits[PGQ_MAX_SLOTS];
-static int	nwaits[PGQ_MAX_SLOTS];
-static bool waits_noted[PGQ_MAX_SLOTS];
+/* The two rings: queue's [0], work_queue's [1]. */
+#define RING_QUEUE 0
+#define RING_WORK 1
+static const char *const ring_names[2] = {"queue", "work_queue"};
+
+/* The scheduler's notes (pgq_ring_maintain), by ring and slot number. */
+typedef struct RingNotes
+{
+	Oid			parent;
+	TransactionId made_xmin[PGQ_MAX_SLOTS];
+	VirtualTransactionId *waits[PGQ_MAX_SLOTS];
+	int			nwaits[PGQ_MAX_SLOTS];
+	bool		waits_noted[PGQ_MAX_SLOTS];
+} RingNotes;
+
+static RingNotes ring_notes[2];
 static TimestampTz next_maintain = 0;
 
 static const char *
@@ -302,10 +321,12 @@ pgq_ring_view(Oid nsp, const char *name, PgqRingView *v)
 		c->parent = parent;
 		ring_load(nsp, parent, name, &ring);
 		memset(taken, 0, sizeof(taken));
+		c->view.parent = parent;
 		c->view.n = 1;
 		c->view.relid[0] = ring.slots[ring.current].relid;
 		c->view.slot[0] = ring.slots[ring.current].slot;
 		c->view.low[0] = ring.slots[ring.current].low;
+		c->view.since[0] = ring.slots[ring.current].since;
 		taken[ring.current] = true;
 		for (;;)
 		{
@@ -323,6 +344,7 @@ pgq_ring_view(Oid nsp, const char *name, PgqRingView *v)
 			c->view.relid[c->view.n] = ring.slots[best].relid;
 			c->view.slot[c->view.n] = ring.slots[best].slot;
 			c->view.low[c->view.n] = ring.slots[best].low;
+			c->view.since[c->view.n] = ring.slots[best].since;
 			c->view.n++;
 		}
 		/* valid unless an invalidation was read while loading */
@@ -378,7 +400,7 @@ slot_full(Oid relid)
  * may have been taken after it became current (see the file's header).
  */
 static void
-note_waits(int32 s)
+note_waits(RingNotes *rn, int32 s)
 {
 	VirtualTransactionId *all;
 	VirtualTransactionId *older = NULL;
@@ -390,18 +412,18 @@ note_waits(int32 s)
 
 	/* VACUUM's snapshot reads no row it returns: not waited for */
 	all = GetCurrentVirtualXIDs(InvalidTransactionId, true, false, PROC_IN_VACUUM, &nall);
-	if (TransactionIdIsValid(made_xmin[s]))
+	if (TransactionIdIsValid(rn->made_xmin[s]))
 	{
-		TransactionId limit = made_xmin[s];
+		TransactionId limit = rn->made_xmin[s];
 
 		/* those whose xmin precedes made_xmin: taken before it was current */
 		TransactionIdRetreat(limit);
 		older = GetCurrentVirtualXIDs(limit, true, false, PROC_IN_VACUUM, &nolder);
 	}
-	if (waits[s] != NULL)
-		pfree(waits[s]);
-	waits[s] = MemoryContextAlloc(TopMemoryContext,
-								  sizeof(VirtualTransactionId) * Max(nall, 1));
+	if (rn->waits[s] != NULL)
+		pfree(rn->waits[s]);
+	rn->waits[s] = MemoryContextAlloc(TopMemoryContext,
+									  sizeof(VirtualTransactionId) * Max(nall, 1));
 	for (i = 0; i < nall; i++)
 	{
 		bool		skip = false;
@@ -409,22 +431,22 @@ note_waits(int32 s)
 		for (j = 0; j < nolder && !skip; j++)
 			skip = VirtualTransactionIdEquals(all[i], older[j]);
 		if (!skip)
-			waits[s][n++] = all[i];
+			rn->waits[s][n++] = all[i];
 	}
-	nwaits[s] = n;
-	waits_noted[s] = true;
+	rn->nwaits[s] = n;
+	rn->waits_noted[s] = true;
 }
 
 /* Whether every backend noted for slot s has ended its transaction. */
 static bool
-waits_over(int32 s)
+waits_over(RingNotes *rn, int32 s)
 {
 	int			i;
 
-	if (!waits_noted[s])
-		note_waits(s);
-	for (i = 0; i < nwaits[s]; i++)
-		if (!VirtualXactLock(waits[s][i], false))
+	if (!rn->waits_noted[s])
+		note_waits(rn, s);
+	for (i = 0; i < rn->nwaits[s]; i++)
+		if (!VirtualXactLock(rn->waits[s][i], false))
 			return false;
 	return true;
 }
@@ -464,69 +486,90 @@ ring_ddl(const char *sql)
 }
 
 /*
- * Make slot s of work_queue: a table like the parent with its own primary
- * key and indexes, named after it as pgqueue--1.1.sql names slot 0's, then
- * attached (SHARE UPDATE EXCLUSIVE on the parent: calls go on).  Not a
- * member of the extension: pg_dump dumps it with its rows and its
- * attachment, as the archive's partitions.  Returns its OID.
+ * Make slot s of ring r: a table like the parent with its own primary key
+ * and indexes, named after it as pgqueue--1.1.sql names slot 0's (a slot
+ * of queue after 0 has no dedup index: jobs with a dedup_key go to slot 0
+ * and stay there), then attached (SHARE UPDATE EXCLUSIVE on the parent:
+ * calls go on).  Not a member of the extension: pg_dump dumps it with its
+ * rows and its attachment, as the archive's partitions.  Returns its OID.
  */
 static Oid
-make_work_slot(Oid nsp, int32 s)
+make_slot(Oid nsp, int r, int32 s)
 {
-	char	   *t = psprintf("work_queue_%d", s);
+	const char *parent = ring_names[r];
+	char	   *t = psprintf("%s_%d", parent, s);
 	const char *qt = quote_identifier(t);
 	int			nestlevel;
 
-	ring_ddl(psprintf("CREATE TABLE pgqueue.%s (LIKE pgqueue.work_queue INCLUDING DEFAULTS)"
-					  " WITH (fillfactor = 70)", qt));
+	ring_ddl(psprintf("CREATE TABLE pgqueue.%s (LIKE pgqueue.%s INCLUDING DEFAULTS)"
+					  " WITH (fillfactor = %d)", qt, parent, r == RING_WORK ? 70 : 80));
 	ring_ddl(psprintf("ALTER TABLE pgqueue.%s ADD CONSTRAINT %s PRIMARY KEY (id)",
 					  qt, quote_identifier(psprintf("%s_pkey", t))));
-	ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (created, batch_order)"
-					  " WHERE lock_timeout IS NULL",
-					  quote_identifier(psprintf("%s_ready_idx", t)), qt));
-	ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue, created, batch_order)"
-					  " WHERE lock_timeout IS NULL",
-					  quote_identifier(psprintf("%s_queue_ready_idx", t)), qt));
-	ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (lock_timeout)"
-					  " WHERE lock_timeout IS NOT NULL",
-					  quote_identifier(psprintf("%s_lease_idx", t)), qt));
+	if (r == RING_WORK)
+	{
+		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (created, batch_order)"
+						  " WHERE lock_timeout IS NULL",
+						  quote_identifier(psprintf("%s_ready_idx", t)), qt));
+		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue, created, batch_order)"
+						  " WHERE lock_timeout IS NULL",
+						  quote_identifier(psprintf("%s_queue_ready_idx", t)), qt));
+		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (lock_timeout)"
+						  " WHERE lock_timeout IS NOT NULL",
+						  quote_identifier(psprintf("%s_lease_idx", t)), qt));
+	}
+	else
+	{
+		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s"
+						  " (queue, (-(priority::bigint)), run_after, id)"
+						  " WHERE state IN ('pending', 'retry')",
+						  quote_identifier(psprintf("%s_ready_idx", t)), qt));
+		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue) WHERE state = 'scheduled'",
+						  quote_identifier(psprintf("%s_scheduled_idx", t)), qt));
+		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue) WHERE state = 'failed'",
+						  quote_identifier(psprintf("%s_failed_idx", t)), qt));
+	}
 	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
-	ring_ddl(psprintf("ALTER TABLE pgqueue.work_queue ATTACH PARTITION pgqueue.%s"
-					  " FOR VALUES IN (%d)", qt, s));
+	ring_ddl(psprintf("ALTER TABLE pgqueue.%s ATTACH PARTITION pgqueue.%s"
+					  " FOR VALUES IN (%d)", parent, qt, s));
 	AtEOXact_GUC(true, nestlevel);
 	return get_relname_relid(t, nsp);
 }
 
 /*
- * One look at work_queue's ring: truncate the drained slots that may be,
- * mark drained the live ones found empty, and make a new slot current when
- * the current one has grown to pgqueue.slot_size.
+ * One look at a ring (*arg: RING_QUEUE, RING_WORK): truncate the drained
+ * slots that may be, mark drained the live ones found empty, and make a
+ * new slot current when the current one has grown to pgqueue.slot_size.
+ * Slot 0 of queue is its cold slot: never drained, never current again
+ * once another slot was (see ring_move).
  */
 static void
 ring_turn(void *arg)
 {
+	int			r = *(int *) arg;
+	const char *name = ring_names[r];
+	RingNotes  *rn = &ring_notes[r];
 	Oid			nsp = get_namespace_oid("pgqueue", false);
-	Oid			parent = pgq_relid(nsp, "work_queue");
+	Oid			parent = pgq_relid(nsp, name);
 	Ring		ring;
 	RingSlot   *cur;
 	bool		changed = false;
 	int			i;
 
 	LockRelationOid(parent, AccessShareLock);
-	if (parent != notes_parent)
+	if (parent != rn->parent)
 	{
 		/* the extension was made again: forget what was noted */
-		notes_parent = parent;
+		rn->parent = parent;
 		for (i = 0; i < PGQ_MAX_SLOTS; i++)
 		{
-			made_xmin[i] = InvalidTransactionId;
-			waits_noted[i] = false;
+			rn->made_xmin[i] = InvalidTransactionId;
+			rn->waits_noted[i] = false;
 		}
 	}
-	ring_load(nsp, parent, "work_queue", &ring);
+	ring_load(nsp, parent, name, &ring);
 	cur = &ring.slots[ring.current];
 	SPI_connect();
 
@@ -536,29 +579,31 @@ ring_turn(void *arg)
 
 		if (s->slot < 0 || s->slot >= PGQ_MAX_SLOTS)
 			continue;			/* not one of ours */
+		if (r == RING_QUEUE && s->slot == 0)
+			continue;			/* the cold slot */
 		if (s->state == SLOT_DRAINED)
 		{
-			if (!waits_over(s->slot) ||
+			if (!waits_over(rn, s->slot) ||
 				!ConditionalLockRelationOid(s->relid, AccessExclusiveLock))
 				continue;
 			if (slot_rows(s->relid, 0) > 0)
 			{
-				/* written by a pass that read it as current: visit it again */
-				set_state("work_queue", s, SLOT_LIVE);
+				/* written by a call that read it as current: visit it again */
+				set_state(name, s, SLOT_LIVE);
 				changed = true;
 				continue;
 			}
 			ring_ddl(psprintf("TRUNCATE pgqueue.%s",
 							  quote_identifier(get_rel_name(s->relid))));
-			set_state("work_queue", s, SLOT_FREE);
-			waits_noted[s->slot] = false;
-			made_xmin[s->slot] = InvalidTransactionId;
+			set_state(name, s, SLOT_FREE);
+			rn->waits_noted[s->slot] = false;
+			rn->made_xmin[s->slot] = InvalidTransactionId;
 			changed = true;
 		}
 		else if (s->state == SLOT_LIVE && slot_rows(s->relid, 0) == 0)
 		{
-			set_state("work_queue", s, SLOT_DRAINED);
-			note_waits(s->slot);
+			set_state(name, s, SLOT_DRAINED);
+			note_waits(rn, s->slot);
 			changed = true;
 		}
 	}
@@ -575,6 +620,7 @@ ring_turn(void *arg)
 		 */
 		for (i = 0; i < ring.n && next == NULL; i++)
 			if (ring.slots[i].state == SLOT_FREE &&
+				!(r == RING_QUEUE && ring.slots[i].slot == 0) &&
 				ConditionalLockRelationOid(ring.slots[i].relid, AccessExclusiveLock))
 				next = &ring.slots[i];
 		if (next == NULL && ring.n < PGQ_MAX_SLOTS)
@@ -582,28 +628,28 @@ ring_turn(void *arg)
 			int32		s;
 
 			/* the lowest number not taken by a slot, nor by a table's name */
-			for (s = 0; s < PGQ_MAX_SLOTS; s++)
+			for (s = 1; s < PGQ_MAX_SLOTS; s++)
 			{
 				for (i = 0; i < ring.n && ring.slots[i].slot != s; i++)
 					;
 				if (i == ring.n &&
-					!OidIsValid(get_relname_relid(psprintf("work_queue_%d", s), nsp)))
+					!OidIsValid(get_relname_relid(psprintf("%s_%d", name, s), nsp)))
 					break;
 			}
 			if (s < PGQ_MAX_SLOTS)
 			{
 				next = &ring.slots[ring.n++];
 				next->slot = s;
-				next->relid = make_work_slot(nsp, s);
+				next->relid = make_slot(nsp, r, s);
 				next->state = SLOT_FREE;
 			}
 		}
 		if (next != NULL)
 		{
-			set_state("work_queue", cur, SLOT_LIVE);
-			set_state("work_queue", next, SLOT_CURRENT);
-			made_xmin[next->slot] = GetActiveSnapshot()->xmin;
-			waits_noted[next->slot] = false;
+			set_state(name, cur, SLOT_LIVE);
+			set_state(name, next, SLOT_CURRENT);
+			rn->made_xmin[next->slot] = GetActiveSnapshot()->xmin;
+			rn->waits_noted[next->slot] = false;
 			changed = true;
 		}
 	}
@@ -616,6 +662,53 @@ ring_turn(void *arg)
 #define PGQ_MOVE_MAX_ROWS 100
 /* How long a slot must have been out of use (not current), for a move. */
 #define PGQ_MOVE_AGE_USECS (10 * USECS_PER_SEC)
+
+/*
+ * Whether live slot s of ring has rows to move (straggler moves): it
+ * stopped being current (another slot was made current after it) before
+ * old, and has 1 to PGQ_MOVE_MAX_ROWS rows left.
+ */
+static bool
+slot_has_stragglers(Ring *ring, RingSlot *s, TimestampTz old)
+{
+	TimestampTz replaced = DT_NOEND;
+	int			n;
+	int			k;
+
+	if (s->state != SLOT_LIVE)
+		return false;
+	for (k = 0; k < ring->n; k++)
+		if (ring->slots[k].since > s->since && ring->slots[k].since < replaced)
+			replaced = ring->slots[k].since;
+	if (replaced > old)
+		return false;
+	n = slot_rows(s->relid, PGQ_MOVE_MAX_ROWS);
+	return n > 0 && n <= PGQ_MOVE_MAX_ROWS;
+}
+
+/*
+ * Run a move statement (one int4 parameter, slot) that returns rows,
+ * waiting at most PGQ_RING_LOCK_TIMEOUT_MS for a row another transaction
+ * writes; its rows are in SPI_tuptable.
+ */
+static void
+ring_move_rows(const char *sql, int32 slot, int expected, const char *name, int32 from)
+{
+	Datum		arg = Int32GetDatum(slot);
+	Oid			argtype = INT4OID;
+	int			nestlevel = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 0) != expected)
+		elog(ERROR, "could not move the rows of slot %d of pgqueue.%s", from, name);
+	AtEOXact_GUC(true, nestlevel);
+	if (SPI_processed > 0)
+		ereport(DEBUG1,
+				(errmsg_internal("moved %d rows of slot %d of pgqueue.%s",
+								 (int) SPI_processed, from, name)));
+}
 
 /*
  * Straggler moves: rows that stay in an old slot (a long lease, a queue
@@ -649,43 +742,21 @@ ring_move(void *arg)
 	for (i = 0; i < ring.n; i++)
 	{
 		RingSlot   *s = &ring.slots[i];
-		Datum		slotarg = Int32GetDatum(cur->slot);
-		Oid			argtype = INT4OID;
-		int			nestlevel;
 		uint64		j;
 		TimestampTz ready = DT_NOEND;
 		TimestampTz lease = DT_NOEND;
-		TimestampTz replaced = DT_NOEND;
-		int			n;
-		int			k;
 
-		if (s->state != SLOT_LIVE)
+		if (!slot_has_stragglers(&ring, s, old))
 			continue;
-		/* when it stopped being current: the next slot made current */
-		for (k = 0; k < ring.n; k++)
-			if (ring.slots[k].since > s->since && ring.slots[k].since < replaced)
-				replaced = ring.slots[k].since;
-		if (replaced > old)
-			continue;
-		n = slot_rows(s->relid, PGQ_MOVE_MAX_ROWS);
-		if (n == 0 || n > PGQ_MOVE_MAX_ROWS)
-			continue;
-		nestlevel = NewGUCNestLevel();
-		(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
-								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-								 true, 0, false);
-		if (SPI_execute_with_args(psprintf(
-										   "WITH m AS (DELETE FROM pgqueue.%s RETURNING *)"
-										   " INSERT INTO pgqueue.%s (id, queue, created, version, batch_order,"
-										   "   started, lock_key, lock_timeout, tries, slot)"
-										   " SELECT id, queue, created, version, batch_order,"
-										   "   started, lock_key, lock_timeout, tries, $1 FROM m"
-										   " RETURNING created, lock_timeout",
-										   quote_identifier(get_rel_name(s->relid)),
-										   quote_identifier(get_rel_name(cur->relid))),
-								  1, &argtype, &slotarg, NULL, false, 0) != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "could not move the rows of slot %d of pgqueue.work_queue", s->slot);
-		AtEOXact_GUC(true, nestlevel);
+		ring_move_rows(psprintf("WITH m AS (DELETE FROM pgqueue.%s RETURNING *)"
+								" INSERT INTO pgqueue.%s (id, queue, created, version, batch_order,"
+								"   started, lock_key, lock_timeout, tries, slot)"
+								" SELECT id, queue, created, version, batch_order,"
+								"   started, lock_key, lock_timeout, tries, $1 FROM m"
+								" RETURNING created, lock_timeout",
+								quote_identifier(get_rel_name(s->relid)),
+								quote_identifier(get_rel_name(cur->relid))),
+					   cur->slot, SPI_OK_INSERT_RETURNING, "work_queue", s->slot);
 		for (j = 0; j < SPI_processed; j++)
 		{
 			bool		cnull;
@@ -710,9 +781,6 @@ ring_move(void *arg)
 				pgq_bound_lower_at_commit(PGQ_BOUND_READY, pgq_time_key(ready));
 			if (lease != DT_NOEND)
 				pgq_bound_lower_at_commit(PGQ_BOUND_LEASE, pgq_time_key(lease));
-			ereport(DEBUG1,
-					(errmsg_internal("moved %d rows of slot %d of pgqueue.work_queue to slot %d",
-									 (int) SPI_processed, s->slot, cur->slot)));
 		}
 	}
 
@@ -731,6 +799,63 @@ ring_move(void *arg)
 			elog(ERROR, "could not record the oldest row of slot %d of pgqueue.work_queue",
 				 cur->slot);
 		CacheInvalidateRelcacheByRelid(parent);
+	}
+	SPI_finish();
+}
+
+/*
+ * Straggler moves of queue: the job rows left in an old slot (jobs due
+ * later, dead letters, a paused queue's backlog, a job held under a lease
+ * of hours) would keep it from ever draining.  Unlike work_queue's, they
+ * may stay for days, so they go to the cold slot 0 (never rotated: VACUUM
+ * keeps it, and only such jobs and those with a dedup_key live there), by
+ * an UPDATE of their slot through the parent, which PostgreSQL carries
+ * out as a delete and an insert: a statement on the parent that meets the
+ * row being moved fails with a serialization error rather than skip it,
+ * and an ack or nack looks for it again (tables.c, pgq_write_job_row).  The
+ * ready rows keep their keys: the scheduling processes are told of them as
+ * of new ready jobs in slot 0 (publish.c).
+ */
+static void
+ring_move_jobs(void *arg)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+	Oid			parent = pgq_relid(nsp, "queue");
+	TimestampTz old = GetCurrentTimestamp() - PGQ_MOVE_AGE_USECS;
+	Ring		ring;
+	int			i;
+
+	LockRelationOid(parent, AccessShareLock);
+	ring_load(nsp, parent, "queue", &ring);
+
+	SPI_connect();
+	for (i = 0; i < ring.n; i++)
+	{
+		RingSlot   *s = &ring.slots[i];
+		uint64		j;
+
+		if (s->slot == 0 || !slot_has_stragglers(&ring, s, old))
+			continue;
+		ring_move_rows("UPDATE pgqueue.queue q SET slot = 0 WHERE q.slot = $1"
+					   " RETURNING q.queue, q.state IN ('pending', 'retry'),"
+					   "   -(q.priority::bigint), q.run_after",
+					   s->slot, SPI_OK_UPDATE_RETURNING, "queue", s->slot);
+		for (j = 0; j < SPI_processed; j++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[j];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+
+			if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)))
+			{
+				PgqKey		key;
+
+				key.hi = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+				key.lo = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
+				pgq_ready_at_commit(DatumGetTextPCopy(SPI_getbinval(tup, desc, 1, &isnull)),
+									key, PGQ_SLOT_BIT(0));
+			}
+		}
 	}
 	SPI_finish();
 }
@@ -756,16 +881,26 @@ pgq_ring_maintain(void)
 		return;
 	if (now < next_maintain)
 	{
-		/* between looks, only whether the current slot is full (cheap) */
-		PgqRingView v;
+		/* between looks, only whether a current slot is full (cheap) */
+		PgqRingView w;
+		PgqRingView j;
 
-		pgq_ring_view(nsp, "work_queue", &v);
-		if (!slot_full(v.relid[0]))
+		pgq_ring_view(nsp, "work_queue", &w);
+		pgq_ring_view(nsp, "queue", &j);
+		if (!slot_full(w.relid[0]) && !slot_full(j.relid[0]))
 			return;
 	}
 	next_maintain = now + PGQ_RING_MAINTAIN_USECS;
-	pgq_upkeep_try(ring_turn, NULL, "turn the ring of pgqueue.work_queue",
-				   "The scheduler tries again before its next pass.");
-	pgq_upkeep_try(ring_move, NULL, "move the rows left in old slots of pgqueue.work_queue",
-				   "The scheduler tries again before its next pass.");
+	{
+		static int	rings[2] = {RING_QUEUE, RING_WORK};
+
+		pgq_upkeep_try(ring_turn, &rings[RING_WORK], "turn the ring of pgqueue.work_queue",
+					   "The scheduler tries again before its next pass.");
+		pgq_upkeep_try(ring_move, NULL, "move the rows left in old slots of pgqueue.work_queue",
+					   "The scheduler tries again before its next pass.");
+		pgq_upkeep_try(ring_turn, &rings[RING_QUEUE], "turn the ring of pgqueue.queue",
+					   "The scheduler tries again before its next pass.");
+		pgq_upkeep_try(ring_move_jobs, NULL, "move the rows left in old slots of pgqueue.queue",
+					   "The scheduler tries again before its next pass.");
+	}
 }

@@ -115,6 +115,8 @@ typedef struct QueueState
 	double		start;			/* its start tag while in the ready heap */
 	double		finish;			/* virtual finish tag of its last job taken */
 	QueuePos	head;			/* no ready job of the queue below */
+	uint32		slots;			/* slots of pgqueue.queue that may hold its
+								 * ready jobs (PGQ_SLOT_BIT) */
 	TimestampTz next_due;		/* Q_LATER: when its first job is due */
 	int32		weight;
 	int32		max_in_flight;
@@ -145,16 +147,18 @@ static TimestampTz next_refresh = 0;
 static TimestampTz soonest_due = DT_NOEND;	/* after the last pass: the
 											 * earliest next_due > its now */
 
-/* The relations of one pass. */
+/* The relations of one pass; the indexes of queue's slots, opened on demand. */
 typedef struct PassRels
 {
 	PgqWrite	w;
-	Relation	ready_idx;		/* queue_ready_idx */
-	Relation	sched_idx;		/* queue_scheduled_idx */
-	TupleTableSlot *slot;		/* a job row walked */
+	Relation	ready_idx[PGQ_MAX_SLOTS];	/* queue_ready_idx of slot i */
+	Relation	sched_idx[PGQ_MAX_SLOTS];	/* queue_scheduled_idx of slot i */
+	int64		entries_base[PGQ_MAX_SLOTS];	/* ready_idx's entries read at open */
 } PassRels;
 
-static ArrayType *pgq_ready_queue_names(void);
+static int64 pgq_index_entries_read(Relation idx);
+
+static int	pgq_ready_queue_names(PassRels *r, char ***names, uint32 **masks);
 
 /* Tag of the job a queue in the ready heap offers. */
 static inline double
@@ -282,6 +286,7 @@ pgq_queue(const char *name, bool *is_new)
 		q->head.np = PG_INT64_MIN;
 		q->head.ra = DT_NOBEGIN;
 		q->head.has_id = false;
+		q->slots = PGQ_ALL_SLOTS;
 		q->next_due = 0;
 		q->weight = 1;
 		q->max_in_flight = 0;
@@ -396,17 +401,18 @@ pgq_load_settings(PassRels *r)
 }
 
 /*
- * Walk every queue name in queue_ready_idx: each becomes ready, its head at
- * from (or kept, when keep_heads and its head is a valid bound); a known
- * queue without an entry becomes idle.  Returns the lowest head, for the
- * SCHED bound.
+ * Walk every queue name in the slots' queue_ready_idx: each becomes ready,
+ * its head at from (or kept, when keep_heads and its head is a valid
+ * bound), its slots those whose index has entries of it; a known queue
+ * without an entry becomes idle.  Returns the lowest head, for the SCHED
+ * bound.
  */
 static PgqKey
-pgq_refresh_all(PgqKey from, bool keep_heads)
+pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads)
 {
-	ArrayType  *names = pgq_ready_queue_names();
-	Datum	   *elems;
-	int			n;
+	char	  **names;
+	uint32	   *masks;
+	int			n = pgq_ready_queue_names(r, &names, &masks);
 	int			i;
 	HASH_SEQ_STATUS seq;
 	QueueState *q;
@@ -418,10 +424,9 @@ pgq_refresh_all(PgqKey from, bool keep_heads)
 	while ((q = hash_seq_search(&seq)) != NULL)
 		q->mark = false;
 
-	deconstruct_array(names, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
 	for (i = 0; i < n; i++)
 	{
-		char	   *name = TextDatumGetCString(elems[i]);
+		char	   *name = names[i];
 		bool		is_new;
 
 		if (strlen(name) > PGQ_MAX_NAME_BYTES)
@@ -429,6 +434,7 @@ pgq_refresh_all(PgqKey from, bool keep_heads)
 		q = pgq_queue(name, &is_new);
 		if (!keep_heads || is_new)
 			pgq_lower_head(q, from.hi, from.lo);
+		q->slots = masks[i];
 		q->mark = true;
 		if (q->where == Q_IDLE || q->where == Q_LATER)
 			pgq_make_ready(q);
@@ -452,6 +458,24 @@ pgq_refresh_all(PgqKey from, bool keep_heads)
 	return lowest;
 }
 
+/* Index role ("ready_idx", "scheduled_idx") of queue's slot i, opened now. */
+static Relation
+pgq_pass_index(PassRels *r, int i, bool ready)
+{
+	Relation   *idx = ready ? &r->ready_idx[i] : &r->sched_idx[i];
+
+	if (*idx == NULL)
+	{
+		PgqTable   *t = pgq_job_slot(&r->w, i);
+
+		*idx = index_open(pgq_slot_index_relid(t->rel, ready ? "ready_idx" : "scheduled_idx"),
+						  AccessShareLock);
+		if (ready)
+			r->entries_base[i] = pgq_index_entries_read(*idx);
+	}
+	return *idx;
+}
+
 /*
  * Room of capped queue q in this pass: its advisory lock (without waiting),
  * then max_in_flight minus its jobs in work_queue.  0 when another open pass
@@ -466,11 +490,11 @@ pgq_refresh_all(PgqKey from, bool keep_heads)
 static int64
 pgq_room(PassRels *r, QueueState *q, text *qname)
 {
-	IndexScanDesc scan;
 	ScanKeyData key;
 	Snapshot	snap;
 	int64		n = 0;
 	int32		h;
+	int			i;
 
 	if (q->room_pass == pass_count)
 		return q->room;
@@ -481,15 +505,23 @@ pgq_room(PassRels *r, QueueState *q, text *qname)
 										  Int32GetDatum(PGQ_CAP_LOCK_KEY),
 										  Int32GetDatum(h))))
 		return q->room = 0;
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   r->sched_idx->rd_indcollation[0], F_TEXTEQ,
-						   PointerGetDatum(qname));
 	snap = RegisterSnapshot(GetLatestSnapshot());
-	scan = index_beginscan(r->w.job.rel, r->sched_idx, snap, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
-	while (index_getnext_slot(scan, ForwardScanDirection, r->slot))
-		n++;
-	index_endscan(scan);
+	for (i = 0; i < r->w.jobs_view.n; i++)
+	{
+		PgqTable   *t = pgq_job_slot(&r->w, i);
+		Relation	idx = pgq_pass_index(r, i, false);
+		IndexScanDesc scan;
+
+		ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   idx->rd_indcollation[0], F_TEXTEQ,
+							   PointerGetDatum(qname));
+		scan = index_beginscan(t->rel, idx, snap, 1, 0);
+		index_rescan(scan, &key, 1, NULL, 0);
+		while (index_getnext_slot(scan, ForwardScanDirection, t->next))
+			n++;
+		index_endscan(scan);
+		ExecClearTuple(t->next);
+	}
 	UnregisterSnapshot(snap);
 	return q->room = Max(q->max_in_flight - n, 0);
 }
@@ -501,16 +533,17 @@ pgq_room(PassRels *r, QueueState *q, text *qname)
  * pos rather than at the start of its priority.
  */
 static IndexScanDesc
-pgq_walk_begin(PassRels *r, text *qname, const QueuePos *pos, bool after,
+pgq_walk_begin(PassRels *r, int slot, text *qname, const QueuePos *pos, bool after,
 			   ScanKeyData *keys, ScanKeyData *row)
 {
+	Relation	ready_idx = pgq_pass_index(r, slot, true);
 	IndexScanDesc scan;
 	int			nrow = pos->has_id ? 3 : 2;
 	StrategyNumber strat = after ? BTGreaterStrategyNumber : BTGreaterEqualStrategyNumber;
 	int			nkeys = 1;
 
 	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   r->ready_idx->rd_indcollation[0], F_TEXTEQ,
+						   ready_idx->rd_indcollation[0], F_TEXTEQ,
 						   PointerGetDatum(qname));
 	if (pos->np != PG_INT64_MIN || pos->ra != DT_NOBEGIN)
 	{
@@ -533,7 +566,7 @@ pgq_walk_begin(PassRels *r, text *qname, const QueuePos *pos, bool after,
 							   InvalidOid, InvalidOid, PointerGetDatum(row));
 		nkeys = 2;
 	}
-	scan = index_beginscan(r->w.job.rel, r->ready_idx, r->w.snapshot, nkeys, 0);
+	scan = index_beginscan(r->w.jobs[slot].rel, ready_idx, r->w.snapshot, nkeys, 0);
 	index_rescan(scan, keys, nkeys, NULL, 0);
 	return scan;
 }
@@ -568,6 +601,45 @@ typedef struct PassStates
 	Datum		scheduled;
 } PassStates;
 
+/* One slot's walk in a walk of a queue's range over its slots. */
+typedef struct SlotWalk
+{
+	int			i;				/* the slot's index in the view */
+	PgqTable   *t;				/* its table: the row walked is in t->found */
+	IndexScanDesc scan;
+	ScanKeyData keys[2];
+	ScanKeyData row[3];
+	bool		has;			/* t->found holds its next row, at pos */
+	QueuePos	pos;
+	bool		saw_ready;		/* it returned a pending or retry row */
+} SlotWalk;
+
+/* Order of rows in queue_ready_idx: (-priority, run_after, id). */
+static int
+pgq_row_cmp(const QueuePos *a, const QueuePos *b)
+{
+	int			c = pgq_pos_cmp(a, b);
+
+	return c != 0 ? c : memcmp(a->id.data, b->id.data, UUID_LEN);
+}
+
+/* The next row of a slot's walk, into sw->t->found and sw->pos. */
+static void
+pgq_walk_next(SlotWalk *sw)
+{
+	PgqTable   *t = sw->t;
+	bool		isnull;
+
+	sw->has = index_getnext_slot(sw->scan, ForwardScanDirection, t->found);
+	if (!sw->has)
+		return;
+	sw->pos.np = -(int64) DatumGetInt32(pgq_get(t, t->found, PGQ_COL_PRIORITY, &isnull));
+	sw->pos.ra = DatumGetTimestampTz(pgq_get(t, t->found, PGQ_COL_RUN_AFTER, &isnull));
+	memcpy(&sw->pos.id, DatumGetUUIDP(pgq_get(t, t->found, PGQ_COL_ID, &isnull)),
+		   sizeof(pg_uuid_t));
+	sw->pos.has_id = true;
+}
+
 /*
  * Take the next due job of q for this pass, walking its range from where
  * the pass left it (or from its head): update its row to 'scheduled' and
@@ -577,20 +649,28 @@ typedef struct PassStates
  * by another transaction or not yet due; sets q->next_due to when the first
  * job left is due (DT_NOEND: none left, 0: maybe more now, or by the next
  * pass when another transaction holds one).
+ *
+ * The range is walked in each slot of pgqueue.queue that may hold ready
+ * jobs of q (q->slots), the walks merged in the index's order.  A slot
+ * whose walk from the head found no ready row leaves q->slots (a push or
+ * a nack into it puts it back: the notes say which slot, publish.c).
  */
 static bool
 pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			 const PassStates *states)
 {
-	PgqTable   *job = &r->w.job;
 	PgqTable   *work = r->w.work;	/* the current slot */
 	text	   *qname = cstring_to_text(q->name);
+	SlotWalk	walks[PGQ_MAX_SLOTS];
 	QueuePos	cursor;
 	bool		after;
 	bool		head_fixed = false;
 	bool		took = false;
+	bool		from_head;
+	bool		first = true;
 
-	if (q->cursor_pass == pass_count)
+	from_head = (q->cursor_pass != pass_count);
+	if (!from_head)
 	{
 		cursor = q->cursor;
 		after = true;
@@ -605,14 +685,29 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 	}
 	while (!took)
 	{
-		ScanKeyData keys[2];
-		ScanKeyData row[3];
-		IndexScanDesc scan = pgq_walk_begin(r, qname, &cursor, after, keys, row);
 		bool		restart = false;
+		int			nwalks = 0;
+		int			k;
 
-		while (!took && !restart &&
-			   index_getnext_slot(scan, ForwardScanDirection, job->found))
+		for (k = 0; k < r->w.jobs_view.n; k++)
 		{
+			uint32		bit = PGQ_SLOT_BIT(r->w.jobs_view.slot[k]);
+			SlotWalk   *sw;
+
+			if (bit != 0 && (q->slots & bit) == 0)
+				continue;
+			sw = &walks[nwalks++];
+			sw->i = k;
+			sw->t = pgq_job_slot(&r->w, k);
+			sw->scan = pgq_walk_begin(r, k, qname, &cursor, after, sw->keys, sw->row);
+			sw->saw_ready = false;
+			pgq_walk_next(sw);
+		}
+
+		while (!took && !restart)
+		{
+			SlotWalk   *sw = NULL;
+			PgqTable   *job;
 			bool		isnull;
 			Oid			state;
 			QueuePos	pos;
@@ -621,11 +716,14 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			LockTupleMode lockmode;
 			bool		update_indexes;
 
-			pos.np = -(int64) DatumGetInt32(pgq_get(job, job->found, PGQ_COL_PRIORITY, &isnull));
-			pos.ra = DatumGetTimestampTz(pgq_get(job, job->found, PGQ_COL_RUN_AFTER, &isnull));
-			memcpy(&pos.id, DatumGetUUIDP(pgq_get(job, job->found, PGQ_COL_ID, &isnull)),
-				   sizeof(pg_uuid_t));
-			pos.has_id = true;
+			/* the lowest row of the walks */
+			for (k = 0; k < nwalks; k++)
+				if (walks[k].has && (sw == NULL || pgq_row_cmp(&walks[k].pos, &sw->pos) < 0))
+					sw = &walks[k];
+			if (sw == NULL)
+				break;
+			job = sw->t;
+			pos = sw->pos;
 			cursor = pos;
 			after = true;
 
@@ -635,8 +733,10 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			{
 				if (!head_fixed)
 					q->head = pos;	/* passed: gone */
+				pgq_walk_next(sw);
 				continue;
 			}
+			sw->saw_ready = true;
 
 			if (pos.ra > now)
 			{
@@ -700,6 +800,7 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 				took = true;
 				if (!head_fixed)
 					q->head = pos;	/* passed: taken */
+				continue;
 			}
 			else if (res == TM_WouldBlock || res == TM_BeingModified)
 			{
@@ -711,14 +812,27 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 				q->held_row = true;
 			}
 			else if (!head_fixed)
-				q->head = pos;	/* changed since the snapshot: gone */
+				q->head = pos;	/* changed since the snapshot: gone (or moved
+								 * to slot 0: ring.c's note brings it back) */
+			pgq_walk_next(sw);
 			CHECK_FOR_INTERRUPTS();
 		}
-		index_endscan(scan);
+
+		/*
+		 * A slot walked from the head to its end without a ready row has
+		 * none of q's (rows committed after the snapshot come with notes).
+		 */
+		for (k = 0; k < nwalks; k++)
+		{
+			if (first && from_head && !walks[k].has && !walks[k].saw_ready)
+				q->slots &= ~PGQ_SLOT_BIT(r->w.jobs_view.slot[walks[k].i]);
+			index_endscan(walks[k].scan);
+			ExecClearTuple(walks[k].t->found);
+		}
+		first = false;
 		if (!restart)
 			break;
 	}
-	ExecClearTuple(job->found);
 
 	/*
 	 * The walk goes on after the row examined last.  The head is after the
@@ -745,8 +859,9 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
  * start).
  */
 static void
-pgq_apply_notes(char **names, PgqKey *keys, int nnotes,
-				char **own_names, PgqKey *own_keys, int nown, bool known_only)
+pgq_apply_notes(char **names, PgqKey *keys, uint32 *masks, int nnotes,
+				char **own_names, PgqKey *own_keys, uint32 *own_masks, int nown,
+				bool known_only)
 {
 	int			i;
 
@@ -755,6 +870,7 @@ pgq_apply_notes(char **names, PgqKey *keys, int nnotes,
 		bool		is_new;
 		const char *name = i < nnotes ? names[i] : own_names[i - nnotes];
 		PgqKey		key = i < nnotes ? keys[i] : own_keys[i - nnotes];
+		uint32		mask = i < nnotes ? masks[i] : own_masks[i - nnotes];
 		QueueState *q;
 
 		if (known_only && hash_search(queues, name, HASH_FIND, NULL) == NULL)
@@ -766,9 +882,13 @@ pgq_apply_notes(char **names, PgqKey *keys, int nnotes,
 			q->head.np = key.hi;
 			q->head.ra = key.lo;
 			q->head.has_id = false;
+			q->slots = mask;
 		}
 		else
+		{
 			pgq_lower_head(q, key.hi, key.lo);
+			q->slots |= mask;
+		}
 		if (q->where == Q_IDLE || q->where == Q_LATER)
 			pgq_make_ready(q);
 	}
@@ -794,11 +914,17 @@ pgq_schedule_pass(int max_items)
 	bool		refresh;
 	uint64		gen;
 	int			moved = 0;
-	int64		entries_before;
+	uint32	   *masks;
+	uint32	   *own_masks;
 	PassStates	states;
 	QueueState *q;
+	PgqTable   *cur;
+	int			i;
 
 	pgq_write_begin(&r.w, "pgq_schedule", PGQ_OPEN_WORK | PGQ_OPEN_JOB);
+	cur = r.w.job;
+	memset(r.ready_idx, 0, sizeof(r.ready_idx));
+	memset(r.sched_idx, 0, sizeof(r.sched_idx));
 
 	/*
 	 * No row of a slot is older than its low (ring.c: claims begin a slot's
@@ -807,30 +933,24 @@ pgq_schedule_pass(int max_items)
 	 */
 	if (now < r.w.works_view.low[0])
 		now = r.w.works_view.low[0];
-	if (queues == NULL || queues_relid != r.w.job_relid)
-		pgq_view_reset(r.w.job_relid);
+	if (queues == NULL || queues_relid != r.w.jobs_view.parent)
+		pgq_view_reset(r.w.jobs_view.parent);
 	pass_count++;
 	pass_in_xact = true;
 
 	/* read before the snapshot: the bound (bounds.c), the notes, the settings */
 	pgq_bound_begin(PGQ_BOUND_SCHED, true, &scan);
 	scan.walk_goes_on = true;	/* the walks from the heads are the pass's */
-	nnotes = pgq_read_ready_notes(&notes_pos, &names, &keys);
-	nown = pgq_own_ready(&own_names, &own_keys);
+	nnotes = pgq_read_ready_notes(&notes_pos, &names, &keys, &masks);
+	nown = pgq_own_ready(&own_names, &own_keys, &own_masks);
 	gen = pgq_settings_generation();
 	refresh = !view_valid || nnotes < 0 || nown < 0 || scan.full || now >= next_refresh ||
 		IsolationUsesXactSnapshot();
 	pgq_write_new_snapshot(&r.w);
 
-	r.ready_idx = index_open(pgq_slot_index_relid(r.w.job.rel, "ready_idx"),
-							 AccessShareLock);
-	r.sched_idx = index_open(pgq_slot_index_relid(r.w.job.rel, "scheduled_idx"),
-							 AccessShareLock);
-	r.slot = table_slot_create(r.w.job.rel, NULL);
-	entries_before = pgq_index_entries_read(r.ready_idx);
-	states.pending = DatumGetObjectId(pgq_state_datum(&r.w.job, "pending"));
-	states.retry = DatumGetObjectId(pgq_state_datum(&r.w.job, "retry"));
-	states.scheduled = pgq_state_datum(&r.w.job, "scheduled");
+	states.pending = DatumGetObjectId(pgq_state_datum(cur, "pending"));
+	states.retry = DatumGetObjectId(pgq_state_datum(cur, "retry"));
+	states.scheduled = pgq_state_datum(cur, "scheduled");
 
 	if (!view_valid || gen != settings_gen)
 	{
@@ -866,15 +986,17 @@ pgq_schedule_pass(int max_items)
 		 * for the next full walk (specs/schedule_refresh.spec).
 		 */
 		if (keep_heads)
-			pgq_apply_notes(names, keys, nnotes, own_names, own_keys, nown, true);
-		lowest = pgq_refresh_all(scan.start, keep_heads);
+			pgq_apply_notes(names, keys, masks, nnotes, own_names, own_keys, own_masks,
+							nown, true);
+		lowest = pgq_refresh_all(&r, scan.start, keep_heads);
 		pgq_bound_end(&scan, lowest);
 		next_refresh = now + Max(1000 * INT64CONST(1000),
 								 20 * (GetCurrentTimestamp() - began));
 		view_valid = true;
 	}
 	else
-		pgq_apply_notes(names, keys, nnotes, own_names, own_keys, nown, false);
+		pgq_apply_notes(names, keys, masks, nnotes, own_names, own_keys, own_masks,
+						nown, false);
 
 	/* queues whose jobs are due by now */
 	soonest_due = DT_NOEND;
@@ -947,16 +1069,25 @@ pgq_schedule_pass(int max_items)
 	 * spaced by what this one cost (bounds.c, rule 7).
 	 */
 	if (scan.owns_full)
-		scan.entries = pgq_index_entries_read(r.ready_idx) - entries_before;
+	{
+		scan.entries = 0;
+		for (i = 0; i < r.w.jobs_view.n; i++)
+			if (r.ready_idx[i] != NULL)
+				scan.entries += pgq_index_entries_read(r.ready_idx[i]) - r.entries_base[i];
+	}
 	pgq_bound_full_done(&scan);
 
 	/* a view from a transaction snapshot is older than the notes it read */
 	if (IsolationUsesXactSnapshot())
 		view_valid = false;
 
-	ExecDropSingleTupleTableSlot(r.slot);
-	index_close(r.ready_idx, NoLock);
-	index_close(r.sched_idx, NoLock);
+	for (i = 0; i < r.w.jobs_view.n; i++)
+	{
+		if (r.ready_idx[i] != NULL)
+			index_close(r.ready_idx[i], NoLock);
+		if (r.sched_idx[i] != NULL)
+			index_close(r.sched_idx[i], NoLock);
+	}
 	pgq_write_end(&r.w);
 
 	if (moved > 0)
@@ -998,75 +1129,106 @@ pgq_schedule_at_xact_end(bool commit)
 }
 
 /*
- * The names of the queues that have entries in pgqueue.queue_ready_idx,
- * live, dead or marked dead, as a text[] in index order.  They are read
- * from the index tuples alone, one descent per name and no heap fetch: the
- * entries that every scheduled job leaves at the head of its queue's range
- * (dead, but not removable while an old snapshot holds VACUUM back) cost
- * nothing here, where a loose index scan in SQL would have to visit each of
- * their heap tuples to learn that it is gone.
+ * The names of the queues that have entries in the queue_ready_idx of the
+ * slots of pgqueue.queue, live, dead or marked dead, into *names, and for
+ * each the slots whose index has some (PGQ_SLOT_BIT) into *masks; returns
+ * how many.  They are read from the index tuples alone, one descent per
+ * name and slot and no heap fetch: the entries that every scheduled job
+ * leaves at the head of its queue's range (dead, but not removable while
+ * an old snapshot holds VACUUM back) cost nothing here, where a loose index
+ * scan in SQL would have to visit each of their heap tuples to learn that
+ * it is gone.
  */
-static ArrayType *
-pgq_ready_queue_names(void)
+static int
+pgq_ready_queue_names(PassRels *r, char ***names, uint32 **masks)
 {
-	PgqRingView v;
-	Relation	rel;
-	Relation	idx;
-	IndexScanDesc scan;
-	ScanKeyData key;
-	Datum	   *names;
-	int			nnames = 0;
-	int			maxnames = 16;
-
-	/* the queue ring does not turn yet: its current slot holds every job */
-	pgq_ring_view(get_namespace_oid("pgqueue", false), "queue", &v);
-	rel = table_open(v.relid[0], AccessShareLock);
-	idx = index_open(pgq_slot_index_relid(rel, "ready_idx"), AccessShareLock);
-
-	names = palloc(sizeof(Datum) * maxnames);
-	scan = index_beginscan(rel, idx, GetActiveSnapshot(), 1, 0);
-	scan->xs_want_itup = true;
-
-	/*
-	 * Entries marked dead (LP_DEAD, by scans that found their heap tuples
-	 * gone) count too: once a long snapshot ends, other scans mark the many
-	 * entries it kept, and skipping them, every descent here would walk all
-	 * their leaf pages until VACUUM removes them.
-	 */
-	scan->ignore_killed_tuples = false;
-	for (;;)
+	HTAB	   *seen;
+	HASHCTL		ctl;
+	HASH_SEQ_STATUS seq;
+	struct NameMask
 	{
-		bool		isnull;
-		Datum		name;
+		char		name[PGQ_MAX_NAME_BYTES + 1];
+		uint32		mask;
+	}		   *e;
+	int			n = 0;
+	int			i;
 
-		/* first every name >= '', then the next one after the last found */
-		if (nnames == 0)
-			ScanKeyEntryInitialize(&key, 0, 1, BTGreaterEqualStrategyNumber,
-								   InvalidOid, idx->rd_indcollation[0],
-								   F_TEXT_GE, CStringGetTextDatum(""));
-		else
-			ScanKeyEntryInitialize(&key, 0, 1, BTGreaterStrategyNumber,
-								   InvalidOid, idx->rd_indcollation[0],
-								   F_TEXT_GT, names[nnames - 1]);
-		index_rescan(scan, &key, 1, NULL, 0);
-		if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
-			break;
-		name = index_getattr(scan->xs_itup, 1, scan->xs_itupdesc, &isnull);
-		if (isnull)
-			break;				/* queue is NOT NULL; NULLs sort last */
-		if (nnames == maxnames)
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = PGQ_MAX_NAME_BYTES + 1;
+	ctl.entrysize = sizeof(struct NameMask);
+	ctl.hcxt = CurrentMemoryContext;
+	seen = hash_create("pgqueue queue names", 256, &ctl,
+					   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+
+	for (i = 0; i < r->w.jobs_view.n; i++)
+	{
+		PgqTable   *t = pgq_job_slot(&r->w, i);
+		Relation	idx = pgq_pass_index(r, i, true);
+		uint32		bit = PGQ_SLOT_BIT(r->w.jobs_view.slot[i]);
+		IndexScanDesc scan;
+		ScanKeyData key;
+		Datum		last = (Datum) 0;
+
+		scan = index_beginscan(t->rel, idx, GetActiveSnapshot(), 1, 0);
+		scan->xs_want_itup = true;
+
+		/*
+		 * Entries marked dead (LP_DEAD, by scans that found their heap
+		 * tuples gone) count too: once a long snapshot ends, other scans
+		 * mark the many entries it kept, and skipping them, every descent
+		 * here would walk all their leaf pages until VACUUM removes them.
+		 */
+		scan->ignore_killed_tuples = false;
+		for (;;)
 		{
-			maxnames *= 2;
-			names = repalloc(names, sizeof(Datum) * maxnames);
-		}
-		names[nnames++] = PointerGetDatum(PG_DETOAST_DATUM_COPY(name));
-		CHECK_FOR_INTERRUPTS();
-	}
-	index_endscan(scan);
-	index_close(idx, NoLock);
-	table_close(rel, NoLock);
+			bool		isnull;
+			bool		found;
+			Datum		name;
+			char	   *cname;
 
-	return construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT);
+			/* first every name >= '', then the next one after the last found */
+			if (last == (Datum) 0)
+				ScanKeyEntryInitialize(&key, 0, 1, BTGreaterEqualStrategyNumber,
+									   InvalidOid, idx->rd_indcollation[0],
+									   F_TEXT_GE, CStringGetTextDatum(""));
+			else
+				ScanKeyEntryInitialize(&key, 0, 1, BTGreaterStrategyNumber,
+									   InvalidOid, idx->rd_indcollation[0],
+									   F_TEXT_GT, last);
+			index_rescan(scan, &key, 1, NULL, 0);
+			if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
+				break;
+			name = index_getattr(scan->xs_itup, 1, scan->xs_itupdesc, &isnull);
+			if (isnull)
+				break;			/* queue is NOT NULL; NULLs sort last */
+			last = PointerGetDatum(PG_DETOAST_DATUM_COPY(name));
+			cname = TextDatumGetCString(last);
+			if (strlen(cname) <= PGQ_MAX_NAME_BYTES)
+			{
+				e = hash_search(seen, cname, HASH_ENTER, &found);
+				if (!found)
+				{
+					e->mask = 0;
+					n++;
+				}
+				e->mask |= bit != 0 ? bit : PGQ_ALL_SLOTS;
+			}
+			CHECK_FOR_INTERRUPTS();
+		}
+		index_endscan(scan);
+	}
+
+	*names = palloc(sizeof(char *) * Max(n, 1));
+	*masks = palloc(sizeof(uint32) * Max(n, 1));
+	i = 0;
+	hash_seq_init(&seq, seen);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		(*names)[i] = pstrdup(e->name);
+		(*masks)[i++] = e->mask;
+	}
+	hash_destroy(seen);
+	return n;
 }
 
 /*

@@ -48,6 +48,7 @@ typedef struct PgqReadyNote
 {
 	uint64		seq;			/* written as note number seq (1, 2, ...) */
 	PgqKey		key;			/* the lowest (-priority, run_after) made ready */
+	uint32		slots;			/* the slots of pgqueue.queue they are in (bits) */
 	char		queue[PGQ_MAX_NAME_BYTES + 1];
 } PgqReadyNote;
 

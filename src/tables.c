@@ -50,6 +50,8 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
 
 #include "pgqueue.h"
 
@@ -152,7 +154,6 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 {
 	Oid			nsp;
 	List	   *rtable = NIL;
-	PgqRingView jv;
 	int			i;
 
 	PreventCommandIfReadOnly(fn);
@@ -160,27 +161,28 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 
 	memset(w, 0, offsetof(PgqWrite, works));
 	w->work = NULL;
+	w->job = NULL;
 	w->row_gone = false;
 	nsp = get_namespace_oid("pgqueue", false);
 	pgq_ring_view(nsp, "work_queue", &w->works_view);
-	pgq_ring_view(nsp, "queue", &jv);
-	w->job_relid = jv.relid[0];
-	w->job_slot = jv.slot[0];
+	pgq_ring_view(nsp, "queue", &w->jobs_view);
 	for (i = 0; i < w->works_view.n; i++)
 		w->works[i].is_open = false;
-	w->job.is_open = false;
+	for (i = 0; i < w->jobs_view.n; i++)
+		w->jobs[i].is_open = false;
 
 	/*
-	 * The range table (1 .. n work_queue's slots, n + 1 queue) tells which
+	 * The range table (1 .. n work_queue's slots, then queue's) tells which
 	 * columns change.
 	 */
 	w->estate = CreateExecutorState();
-	for (i = 0; i <= w->works_view.n; i++)
+	for (i = 0; i < w->works_view.n + w->jobs_view.n; i++)
 	{
 		RangeTblEntry *rte = makeNode(RangeTblEntry);
 
 		rte->rtekind = RTE_RELATION;
-		rte->relid = i < w->works_view.n ? w->works_view.relid[i] : w->job_relid;
+		rte->relid = i < w->works_view.n ? w->works_view.relid[i] :
+			w->jobs_view.relid[i - w->works_view.n];
 		rte->relkind = RELKIND_RELATION;
 		rte->rellockmode = RowExclusiveLock;
 		rtable = lappend(rtable, rte);
@@ -223,6 +225,22 @@ pgq_work_slot(PgqWrite *w, int i)
 	return t;
 }
 
+/* Slot i of queue's slots as w sees them (0: the current one), opened now. */
+PgqTable *
+pgq_job_slot(PgqWrite *w, int i)
+{
+	PgqTable   *t = &w->jobs[i];
+
+	Assert(i < w->jobs_view.n);
+	if (!t->is_open)
+	{
+		pgq_table_open(w, t, w->jobs_view.relid[i], w->works_view.n + i + 1,
+					   RowExclusiveLock);
+		t->slot = w->jobs_view.slot[i];
+	}
+	return t;
+}
+
 /*
  * The slot (table OID) where this backend last claimed or found a
  * work_queue row: a worker acks what it claimed, so its acks look there
@@ -239,6 +257,31 @@ pgq_work_slot_used(PgqTable *t)
 }
 
 /*
+ * Probe the primary keys of the slots of a view (tables tabs, opened by
+ * open) for the row of job id, slot hint (an index, or -1) first, then the
+ * others in the view's order.  Returns the slot's table, the row in its
+ * found slot, or NULL.
+ */
+static PgqTable *
+pgq_find_in(PgqWrite *w, PgqRingView *v, PgqTable *(*open) (PgqWrite *, int),
+			int hint, Datum id)
+{
+	int			i;
+
+	for (i = -1; i < v->n; i++)
+	{
+		PgqTable   *t;
+
+		if (i == hint || (i < 0 && hint < 0))
+			continue;			/* the hint is probed first, once */
+		t = open(w, i < 0 ? hint : i);
+		if (pgq_find(w, t, id))
+			return t;
+	}
+	return NULL;
+}
+
+/*
  * Find the work_queue row of job id, probing the slots' primary keys: the
  * one this backend last used first, then newest first.  Returns the slot's
  * table, with the row in its found slot, and makes it w->work; NULL when no
@@ -249,59 +292,105 @@ pgq_find_work(PgqWrite *w, Datum id)
 {
 	int			hint = -1;
 	int			i;
+	PgqTable   *t;
 
 	for (i = 0; i < w->works_view.n && hint < 0; i++)
 		if (w->works_view.relid[i] == last_work_slot)
 			hint = i;
-	for (i = -1; i < w->works_view.n; i++)
+	t = pgq_find_in(w, &w->works_view, pgq_work_slot, hint, id);
+	if (t != NULL)
 	{
-		PgqTable   *t;
-
-		if (i == hint || (i < 0 && hint < 0))
-			continue;			/* the hint is probed first, once */
-		t = pgq_work_slot(w, i < 0 ? hint : i);
-		if (pgq_find(w, t, id))
-		{
-			pgq_work_slot_used(t);
-			return w->work = t;
-		}
+		pgq_work_slot_used(t);
+		w->work = t;
 	}
-	return NULL;
+	return t;
 }
 
 /*
- * Delete (build NULL) or update the work_queue row of job id if
- * check(row, arg), as pgq_delete_found and pgq_update_found do, after
- * pgq_find_work; changes names the columns an update changes.  A row that
- * another transaction deleted meanwhile may have been moved to another
- * slot (ring.c, a straggler move: a delete and an insert): under READ
- * COMMITTED it is looked for again with a new snapshot.  Returns whether
- * the row was written; w->work is its slot.
+ * Find the job row of id, probing the slots' primary keys: first the slot
+ * that was current when the id was made (a job id begins with the
+ * milliseconds of its making, uuid7.c, and a push inserts into the slot it
+ * sees current), then the others, newest first.  Returns the slot's table,
+ * with the row in its found slot, and makes it w->job; NULL when no slot
+ * holds the job.
  */
-bool
-pgq_write_work(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
-			   void *arg, const PgqCol *changes, int nchanges)
+PgqTable *
+pgq_find_job(PgqWrite *w, Datum id)
+{
+	const unsigned char *u = DatumGetUUIDP(id)->data;
+	int64		ms = 0;
+	TimestampTz made;
+	int			hint = -1;
+	int			i;
+	PgqTable   *t;
+
+	if (w->jobs_view.n > 1)
+	{
+		for (i = 0; i < 6; i++)
+			ms = (ms << 8) | u[i];
+		made = ms * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+		for (i = 0; i < w->jobs_view.n; i++)
+			if (w->jobs_view.since[i] <= made &&
+				(hint < 0 || w->jobs_view.since[i] > w->jobs_view.since[hint]))
+				hint = i;
+	}
+	t = pgq_find_in(w, &w->jobs_view, pgq_job_slot, hint, id);
+	if (t != NULL)
+		w->job = t;
+	return t;
+}
+
+/*
+ * Delete (build NULL) or update the row of job id found by find (in
+ * work_queue or queue: w->work or w->job is where) if check(row, arg), as
+ * pgq_delete_found and pgq_update_found do; changes names the columns an
+ * update changes.  A row that another transaction deleted meanwhile may
+ * have been moved to another slot (ring.c: a delete and an insert, or an
+ * update of its slot): under READ COMMITTED it is looked for again with a
+ * new snapshot.  Returns whether the row was written.
+ */
+static bool
+pgq_write_row(PgqWrite *w, Datum id, PgqTable *(*find) (PgqWrite *, Datum),
+			  PgqRowCheck check, PgqRowBuild build, void *arg,
+			  const PgqCol *changes, int nchanges)
 {
 	int			attempt;
 
 	for (attempt = 0;; attempt++)
 	{
+		PgqTable   *t;
 		bool		done;
 
 		w->row_gone = false;
-		if (pgq_find_work(w, id) == NULL)
+		if ((t = find(w, id)) == NULL)
 			return false;
 		if (build == NULL)
-			done = pgq_delete_found(w, w->work, check, arg);
+			done = pgq_delete_found(w, t, check, arg);
 		else
 		{
-			pgq_write_changes(w, w->work, changes, nchanges);
-			done = pgq_update_found(w, w->work, check, build, arg);
+			pgq_write_changes(w, t, changes, nchanges);
+			done = pgq_update_found(w, t, check, build, arg);
 		}
 		if (done || !w->row_gone || attempt == 3)
 			return done;
 		pgq_write_new_snapshot(w);
 	}
+}
+
+/* pgq_write_row of the work_queue row of job id; w->work is its slot. */
+bool
+pgq_write_work(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
+			   void *arg, const PgqCol *changes, int nchanges)
+{
+	return pgq_write_row(w, id, pgq_find_work, check, build, arg, changes, nchanges);
+}
+
+/* pgq_write_row of the job row of id; w->job is its slot. */
+bool
+pgq_write_job_row(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
+				  void *arg, const PgqCol *changes, int nchanges)
+{
+	return pgq_write_row(w, id, pgq_find_job, check, build, arg, changes, nchanges);
 }
 
 /*
@@ -319,19 +408,14 @@ pgq_write_new_snapshot(PgqWrite *w)
 	w->estate->es_output_cid = w->cid;
 }
 
-/* pgqueue.queue, opened now if pgq_write_begin did not. */
+/* The current slot of pgqueue.queue, opened now; it becomes w->job. */
 PgqTable *
 pgq_write_job(PgqWrite *w)
 {
-	if (!w->job.is_open)
-	{
-		pgq_table_open(w, &w->job, w->job_relid, w->works_view.n + 1, RowExclusiveLock);
-		w->job.slot = w->job_slot;
-	}
-	return &w->job;
+	return w->job = pgq_job_slot(w, 0);
 }
 
-/* End the call: close what pgq_write_begin opened. */
+/* End a call begun with pgq_write_begin. */
 void
 pgq_write_end(PgqWrite *w)
 {
@@ -339,7 +423,8 @@ pgq_write_end(PgqWrite *w)
 
 	for (i = 0; i < w->works_view.n; i++)
 		pgq_table_close(&w->works[i]);
-	pgq_table_close(&w->job);
+	for (i = 0; i < w->jobs_view.n; i++)
+		pgq_table_close(&w->jobs[i]);
 	ExecResetTupleTable(w->estate->es_tupleTable, false);
 	UnregisterSnapshot(w->snapshot);
 	FreeExecutorState(w->estate);
@@ -402,6 +487,12 @@ pgq_write_result(PgqWrite *w, PgqTable *t, TM_Result res, TM_FailureData *tmfd,
 				ereport(ERROR,
 						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 						 errmsg("could not serialize access due to concurrent update")));
+			if (ItemPointerIndicatesMovedPartitions(&tmfd->ctid))
+			{
+				/* moved to another slot (ring.c): the caller looks again */
+				w->row_gone = true;
+				return false;
+			}
 			res = table_tuple_lock(t->rel, &t->found->tts_tid, w->snapshot,
 								   t->found, w->cid, LockTupleExclusive,
 								   LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
@@ -443,7 +534,7 @@ pgq_write_result(PgqWrite *w, PgqTable *t, TM_Result res, TM_FailureData *tmfd,
 static void
 pgq_write_done(PgqWrite *w, PgqTable *t)
 {
-	if (t != &w->job)
+	if (t < w->jobs || t >= w->jobs + PGQ_MAX_SLOTS)
 	{
 		pgq_bound_hold(PGQ_BOUND_READY);
 		pgq_bound_hold(PGQ_BOUND_LEASE);

@@ -48,27 +48,7 @@ sub push_scheduled
 		"$n jobs of $q scheduled");
 }
 
-# Claim every job of queue $q, 100 at a time, ack them; returns the n of
-# their payloads in the order claimed.
-sub drain
-{
-	my ($q) = @_;
-	my @n;
-	for (;;)
-	{
-		my $out = q1(qq{
-WITH c AS (SELECT * FROM pgq_claim('k', 100, '1 minute', ARRAY['$q']))
-SELECT (c.payload->>'n')::int, pgq_ack(c.id, 'k') FROM c});
-		last if $out eq '';
-		for my $line (split /\n/, $out)
-		{
-			my ($n, $acked) = split /\|/, $line;
-			die "ack of job $n failed" unless $acked eq 't';
-			push @n, $n;
-		}
-	}
-	return @n;
-}
+sub drain { return drain_queue($node, $_[0]); }
 
 sub slot_states
 {

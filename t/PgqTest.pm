@@ -28,6 +28,7 @@ our @EXPORT = qw(
   wait_passes_stable
   poll_start
   log_count
+  drain_queue
 );
 
 # A new node that preloads pgqueue.  $conf is appended to postgresql.conf
@@ -174,6 +175,28 @@ sub log_count
 	my $log = slurp_file($node->logfile, $offset // 0);
 	my $n = () = $log =~ /$re/g;
 	return $n;
+}
+
+# Claim every job of queue $q on $node, 100 at a time, and ack them;
+# returns the n of their payloads ({"n": ...}) in the order claimed.
+sub drain_queue
+{
+	my ($node, $q) = @_;
+	my @n;
+	for (;;)
+	{
+		my $out = $node->safe_psql('postgres', qq{
+WITH c AS (SELECT * FROM pgq_claim('k', 100, '1 minute', ARRAY['$q']))
+SELECT (c.payload->>'n')::int, pgq_ack(c.id, 'k') FROM c});
+		last if $out eq '';
+		for my $line (split /\n/, $out)
+		{
+			my ($n, $acked) = split /\|/, $line;
+			die "ack of job $n failed" unless $acked eq 't';
+			push @n, $n;
+		}
+	}
+	return @n;
 }
 
 1;

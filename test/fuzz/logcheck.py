@@ -76,9 +76,9 @@ OK_WARNING = [
     # src/archive.c, pgq_archive_try: an upkeep step that failed (a lock
     # sqlsmith holds, a DDL of its own) is logged and tried again later
     r'^could not (make archive partitions|drop expired archive partitions): ',
-    # src/ring.c, the same for the ring of work_queue's slots (a DDL of
+    # src/ring.c, the same for the rings of queue's and work_queue's slots (a DDL of
     # sqlsmith's on pgqueue's tables, a lock it holds past the timeout)
-    r'^could not (turn the ring|move the rows left in old slots) of pgqueue\.work_queue: ',
+    r'^could not (turn the ring|move the rows left in old slots) of pgqueue\.(work_queue|queue): ',
 ]
 
 # the SQLSTATEs test/fuzz/apifuzz.py accepts (database "fuzz"); sqlsmith's
