@@ -14,7 +14,7 @@
  * src/uuid7.c		time-ordered job ids
  * src/admin.c		the operator API: retry, cancel, purge, periodic jobs
  * src/archive.c	pgqueue.archive: writing finished jobs, its partitions
- * src/ring.c		the slots of queue and work_queue: the view, the ring
+ * src/ring.c		the slots of queue and work_queue: the view, the rings
  *
  *-------------------------------------------------------------------------
  */

@@ -641,6 +641,48 @@ pgq_walk_next(SlotWalk *sw)
 }
 
 /*
+ * The walks of the queue a pass served last, left open for its next take:
+ * a pass that serves one queue many times in a row (a backlog spread over
+ * slots) then descends each slot's index once, not once a job.  Only one
+ * queue's at a time: the rows they read ahead are in the found slots of
+ * the slots' tables, which another queue's walks use.
+ */
+typedef struct OpenWalks
+{
+	QueueState *q;				/* whose walks; NULL: none open */
+	uint64		pass;			/* pass_count of the pass they belong to */
+	int			n;
+	int			taken;			/* the walk whose row was taken last: it
+								 * reads its next row first */
+	SlotWalk	walks[PGQ_MAX_SLOTS];
+} OpenWalks;
+
+static OpenWalks open_walks;
+
+/*
+ * End the open walks (before the pass closes its relations).  Walks of an
+ * earlier pass are only forgotten: a pass that ended in an error (rolled
+ * back to a savepoint, say) had its scans ended by the abort.
+ */
+static void
+pgq_walks_close(void)
+{
+	int			k;
+
+	if (open_walks.q == NULL || open_walks.pass != pass_count)
+	{
+		open_walks.q = NULL;
+		return;
+	}
+	for (k = 0; k < open_walks.n; k++)
+	{
+		index_endscan(open_walks.walks[k].scan);
+		ExecClearTuple(open_walks.walks[k].t->found);
+	}
+	open_walks.q = NULL;
+}
+
+/*
  * Take the next due job of q for this pass, walking its range from where
  * the pass left it (or from its head): update its row to 'scheduled' and
  * insert its work_queue row with batch_order order and created now.
@@ -661,13 +703,14 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 {
 	PgqTable   *work = r->w.work;	/* the current slot */
 	text	   *qname = cstring_to_text(q->name);
-	SlotWalk	walks[PGQ_MAX_SLOTS];
+	SlotWalk   *walks = open_walks.walks;
 	QueuePos	cursor;
 	bool		after;
 	bool		head_fixed = false;
 	bool		took = false;
 	bool		from_head;
 	bool		first = true;
+	bool		reuse;
 
 	from_head = (q->cursor_pass != pass_count);
 	if (!from_head)
@@ -683,26 +726,45 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 		q->held_row = false;
 		q->first_later = DT_NOEND;
 	}
+
+	/* the walks this pass left open for q go on after the cursor */
+	reuse = !from_head && open_walks.q == q && open_walks.pass == pass_count;
 	while (!took)
 	{
 		bool		restart = false;
-		int			nwalks = 0;
+		int			nwalks;
 		int			k;
 
-		for (k = 0; k < r->w.jobs_view.n; k++)
+		if (reuse)
 		{
-			uint32		bit = PGQ_SLOT_BIT(r->w.jobs_view.slot[k]);
-			SlotWalk   *sw;
-
-			if (bit != 0 && (q->slots & bit) == 0)
-				continue;
-			sw = &walks[nwalks++];
-			sw->i = k;
-			sw->t = pgq_job_slot(&r->w, k);
-			sw->scan = pgq_walk_begin(r, k, qname, &cursor, after, sw->keys, sw->row);
-			sw->saw_ready = false;
-			pgq_walk_next(sw);
+			nwalks = open_walks.n;
+			if (open_walks.taken >= 0)
+				pgq_walk_next(&walks[open_walks.taken]);
+			reuse = false;
 		}
+		else
+		{
+			pgq_walks_close();
+			nwalks = 0;
+			for (k = 0; k < r->w.jobs_view.n; k++)
+			{
+				uint32		bit = PGQ_SLOT_BIT(r->w.jobs_view.slot[k]);
+				SlotWalk   *sw;
+
+				if (bit != 0 && (q->slots & bit) == 0)
+					continue;
+				sw = &walks[nwalks++];
+				sw->i = k;
+				sw->t = pgq_job_slot(&r->w, k);
+				sw->scan = pgq_walk_begin(r, k, qname, &cursor, after, sw->keys, sw->row);
+				sw->saw_ready = false;
+				pgq_walk_next(sw);
+			}
+			open_walks.q = q;
+			open_walks.pass = pass_count;
+			open_walks.n = nwalks;
+		}
+		open_walks.taken = -1;
 
 		while (!took && !restart)
 		{
@@ -798,6 +860,7 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 #undef SETW
 				pgq_insert(&r->w, work, values, nulls);
 				took = true;
+				open_walks.taken = sw - walks;
 				if (!head_fixed)
 					q->head = pos;	/* passed: taken */
 				continue;
@@ -823,13 +886,12 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 		 * none of q's (rows committed after the snapshot come with notes).
 		 */
 		for (k = 0; k < nwalks; k++)
-		{
 			if (first && from_head && !walks[k].has && !walks[k].saw_ready)
 				q->slots &= ~PGQ_SLOT_BIT(r->w.jobs_view.slot[walks[k].i]);
-			index_endscan(walks[k].scan);
-			ExecClearTuple(walks[k].t->found);
-		}
 		first = false;
+		if (took)
+			break;				/* the walks stay open for q's next take */
+		pgq_walks_close();
 		if (!restart)
 			break;
 	}
@@ -1062,6 +1124,8 @@ pgq_schedule_pass(int max_items)
 		}
 	}
 
+	pgq_walks_close();
+
 	/*
 	 * A full walk's cost is that of the walks from the heads it reset, not
 	 * of the refresh (one descent per queue name): while VACUUM is held
@@ -1126,6 +1190,7 @@ pgq_schedule_at_xact_end(bool commit)
 	if (pass_in_xact && !commit)
 		view_valid = false;
 	pass_in_xact = false;
+	open_walks.q = NULL;		/* ended by the pass, or by the abort */
 }
 
 /*

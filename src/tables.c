@@ -257,9 +257,9 @@ pgq_work_slot_used(PgqTable *t)
 }
 
 /*
- * Probe the primary keys of the slots of a view (tables tabs, opened by
- * open) for the row of job id, slot hint (an index, or -1) first, then the
- * others in the view's order.  Returns the slot's table, the row in its
+ * Probe the primary keys of the slots of view v (their tables opened by
+ * open) for the row of job id: slot hint (an index in v, or -1) first,
+ * then the others in v's order.  Returns the slot's table, the row in its
  * found slot, or NULL.
  */
 static PgqTable *
