@@ -21,15 +21,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = pgq_node(
-	'queue_ring', qq{
-pgqueue.slot_size = 64
-pgqueue.naptime = 50
-autovacuum = off
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION pgqueue');
-$node->safe_psql('postgres', 'CREATE EXTENSION pgstattuple');
+my $node = ring_node('queue_ring');
 
 sub q1 { return $node->safe_psql('postgres', $_[0]); }
 

@@ -29,6 +29,7 @@ our @EXPORT = qw(
   poll_start
   log_count
   drain_queue
+  ring_node
 );
 
 # A new node that preloads pgqueue.  $conf is appended to postgresql.conf
@@ -197,6 +198,24 @@ SELECT (c.payload->>'n')::int, pgq_ack(c.id, 'k') FROM c});
 		}
 	}
 	return @n;
+}
+
+# A started node whose rings turn at small sizes (pgqueue.slot_size =
+# 64 kB, passes every 50 ms, no autovacuum), with pgqueue and pgstattuple
+# made in database postgres: the ring tests' server.
+sub ring_node
+{
+	my ($name) = @_;
+	my $node = pgq_node(
+		$name, qq{
+pgqueue.slot_size = 64
+pgqueue.naptime = 50
+autovacuum = off
+});
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION pgqueue');
+	$node->safe_psql('postgres', 'CREATE EXTENSION pgstattuple');
+	return $node;
 }
 
 1;
