@@ -232,8 +232,12 @@ typedef struct PgqTable
 	AttrNumber	att[PGQ_NUM_COLS];	/* InvalidAttrNumber: no such column */
 } PgqTable;
 
-/* Most slots a table has (ring.c). */
-#define PGQ_MAX_SLOTS 32
+/*
+ * Most slots a table has (ring.c): 32 as a rule, up to 64 while readers
+ * pin slots the ring cannot reuse.  The pass's slot masks have a bit for
+ * slots 0-31; a slot past them is always walked.
+ */
+#define PGQ_MAX_SLOTS 64
 
 /*
  * The slots of pgqueue.queue or pgqueue.work_queue that calls visit, as
@@ -310,6 +314,8 @@ extern Oid	pgq_slot_index_relid(Relation rel, const char *role);
 extern int	pgqueue_slot_size_kb;
 extern void pgq_ring_view(Oid nsp, const char *name, PgqRingView *v);
 extern void pgq_ring_maintain(void);
+extern bool pgq_ring_shrink_wanted(void);
+extern void pgq_ring_shrink(void);
 
 /* jobs.c: push, extend, ack and nack of one job (or a few) */
 

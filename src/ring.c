@@ -92,6 +92,12 @@
 /* pgqueue.slot_size: a new current slot when the current one is this big */
 int			pgqueue_slot_size_kb = 1024;
 
+/*
+ * Slots a ring grows to as a rule (PGQ_MAX_SLOTS: while readers pin some),
+ * and the free slots it keeps: more are dropped (pgq_ring_shrink).
+ */
+#define PGQ_RING_SLOTS 32
+#define PGQ_FREE_RESERVE 2
 /* How often the scheduler looks at the ring, at most. */
 #define PGQ_RING_MAINTAIN_USECS (100 * 1000)
 /* How long its DDL (a new slot's ATTACH) waits for its lock, at most. */
@@ -151,6 +157,8 @@ typedef struct RingNotes
 
 static RingNotes ring_notes[2];
 static TimestampTz next_maintain = 0;
+static bool shrink_wanted[2];	/* a ring has more free slots than it keeps */
+static TimestampTz next_shrink = 0;
 
 static const char *
 state_name(char state)
@@ -485,6 +493,19 @@ ring_ddl(const char *sql)
 		elog(ERROR, "could not run \"%s\"", sql);
 }
 
+/* The same, waiting at most PGQ_RING_LOCK_TIMEOUT_MS for a lock. */
+static void
+ring_ddl_waiting(const char *sql)
+{
+	int			nestlevel = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	ring_ddl(sql);
+	AtEOXact_GUC(true, nestlevel);
+}
+
 /*
  * Make slot s of ring r: a table like the parent with its own primary key
  * and indexes, named after it as pgqueue--1.1.sql names slot 0's (a slot
@@ -499,7 +520,6 @@ make_slot(Oid nsp, int r, int32 s)
 	const char *parent = ring_names[r];
 	char	   *t = psprintf("%s_%d", parent, s);
 	const char *qt = quote_identifier(t);
-	int			nestlevel;
 
 	ring_ddl(psprintf("CREATE TABLE pgqueue.%s (LIKE pgqueue.%s INCLUDING DEFAULTS)"
 					  " WITH (fillfactor = %d)", qt, parent, r == RING_WORK ? 70 : 80));
@@ -528,14 +548,23 @@ make_slot(Oid nsp, int r, int32 s)
 		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue) WHERE state = 'failed'",
 						  quote_identifier(psprintf("%s_failed_idx", t)), qt));
 	}
-	nestlevel = NewGUCNestLevel();
-	(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-							 true, 0, false);
-	ring_ddl(psprintf("ALTER TABLE pgqueue.%s ATTACH PARTITION pgqueue.%s"
-					  " FOR VALUES IN (%d)", parent, qt, s));
-	AtEOXact_GUC(true, nestlevel);
+	ring_ddl_waiting(psprintf("ALTER TABLE pgqueue.%s ATTACH PARTITION pgqueue.%s"
+							  " FOR VALUES IN (%d)", parent, qt, s));
 	return get_relname_relid(t, nsp);
+}
+
+/* The free slots of ring r (the cold slot of queue is not one). */
+static int
+ring_nfree(const Ring *ring, int r)
+{
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < ring->n; i++)
+		if (ring->slots[i].state == SLOT_FREE &&
+			!(r == RING_QUEUE && ring->slots[i].slot == 0))
+			n++;
+	return n;
 }
 
 /*
@@ -556,6 +585,7 @@ ring_turn(void *arg)
 	Ring		ring;
 	RingSlot   *cur;
 	bool		changed = false;
+	int			pinned = 0;		/* drained or free slots not reusable now */
 	int			i;
 
 	LockRelationOid(parent, AccessShareLock);
@@ -585,7 +615,10 @@ ring_turn(void *arg)
 		{
 			if (!waits_over(rn, s->slot) ||
 				!ConditionalLockRelationOid(s->relid, AccessExclusiveLock))
+			{
+				pinned++;
 				continue;
+			}
 			if (slot_rows(s->relid, 0) > 0)
 			{
 				/* written by a call that read it as current: visit it again */
@@ -619,11 +652,25 @@ ring_turn(void *arg)
 		 * one of those filled again could not be truncated before that.
 		 */
 		for (i = 0; i < ring.n && next == NULL; i++)
-			if (ring.slots[i].state == SLOT_FREE &&
-				!(r == RING_QUEUE && ring.slots[i].slot == 0) &&
-				ConditionalLockRelationOid(ring.slots[i].relid, AccessExclusiveLock))
+		{
+			if (ring.slots[i].state != SLOT_FREE ||
+				(r == RING_QUEUE && ring.slots[i].slot == 0))
+				continue;
+			if (ConditionalLockRelationOid(ring.slots[i].relid, AccessExclusiveLock))
 				next = &ring.slots[i];
-		if (next == NULL && ring.n < PGQ_MAX_SLOTS)
+			else
+				pinned++;
+		}
+
+		/*
+		 * A new slot: up to PGQ_RING_SLOTS, or PGQ_MAX_SLOTS while slots
+		 * that hold no rows cannot be reused (a reader of the parent locked
+		 * them, or its snapshot can see their rows): else a transaction
+		 * that read the parent when the ring was full would stop it until
+		 * it ended.  A backlog alone (every slot live) stops at
+		 * PGQ_RING_SLOTS: the current slot grows past pgqueue.slot_size.
+		 */
+		if (next == NULL && ring.n < (pinned > 0 ? PGQ_MAX_SLOTS : PGQ_RING_SLOTS))
 		{
 			int32		s;
 
@@ -656,6 +703,105 @@ ring_turn(void *arg)
 	SPI_finish();
 	if (changed)
 		CacheInvalidateRelcacheByRelid(parent);
+
+	shrink_wanted[r] = ring_nfree(&ring, r) > PGQ_FREE_RESERVE;
+}
+
+/*
+ * Drop the free slots of ring *arg beyond PGQ_FREE_RESERVE, the highest
+ * numbers first.  A transaction that reads the parent locks every slot
+ * that exists then, until it ends, and the ring cannot reuse those: the
+ * fewer slots exist, the fewer it pins.  Dropping a partition takes ACCESS
+ * EXCLUSIVE on the parent, which every call holds a weaker lock on for its
+ * transaction: only when that is had at once (never waiting, so no call
+ * queues behind it), in a transaction of its own that ends at once.
+ */
+static void
+ring_shrink(void *arg)
+{
+	int			r = *(int *) arg;
+	const char *name = ring_names[r];
+	RingNotes  *rn = &ring_notes[r];
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+	Oid			parent = pgq_relid(nsp, name);
+	Ring		ring;
+	int			nfree;
+	int			i;
+
+	if (!ConditionalLockRelationOid(parent, AccessExclusiveLock))
+		return;					/* in use: tried again later */
+	ring_load(nsp, parent, name, &ring);
+	nfree = ring_nfree(&ring, r);
+
+	SPI_connect();
+	while (nfree > PGQ_FREE_RESERVE)
+	{
+		RingSlot   *s = NULL;
+		Oid			types[2] = {TEXTOID, INT4OID};
+		Datum		args[2];
+
+		/* slot 0 is the extension's (pgqueue--1.1.sql): never dropped */
+		for (i = 0; i < ring.n; i++)
+			if (ring.slots[i].state == SLOT_FREE && ring.slots[i].slot > 0 &&
+				(s == NULL || ring.slots[i].slot > s->slot))
+				s = &ring.slots[i];
+		if (s == NULL)
+			break;
+		nfree--;
+		s->state = SLOT_LIVE;	/* not looked at again */
+
+		/* free means truncated; a slot with rows is never dropped */
+		if (!ConditionalLockRelationOid(s->relid, AccessExclusiveLock) ||
+			slot_rows(s->relid, 0) > 0)
+			continue;
+		ring_ddl_waiting(psprintf("DROP TABLE pgqueue.%s",
+								  quote_identifier(get_rel_name(s->relid))));
+		args[0] = CStringGetTextDatum(name);
+		args[1] = Int32GetDatum(s->slot);
+		if (SPI_execute_with_args("DELETE FROM pgqueue.slots WHERE tbl = $1 AND slot = $2",
+								  2, types, args, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not forget slot %d of pgqueue.%s", s->slot, name);
+		if (s->slot >= 0 && s->slot < PGQ_MAX_SLOTS)
+		{
+			rn->made_xmin[s->slot] = InvalidTransactionId;
+			rn->waits_noted[s->slot] = false;
+		}
+		ereport(DEBUG1,
+				(errmsg_internal("dropped free slot %d of pgqueue.%s", s->slot, name)));
+	}
+	SPI_finish();
+	CacheInvalidateRelcacheByRelid(parent);
+	shrink_wanted[r] = false;
+}
+
+/* Whether a ring has free slots to drop (pgq_ring_shrink), now. */
+bool
+pgq_ring_shrink_wanted(void)
+{
+	return (shrink_wanted[RING_QUEUE] || shrink_wanted[RING_WORK]) &&
+		GetCurrentTimestamp() >= next_shrink;
+}
+
+/*
+ * The scheduler's drop of the free slots a ring has beyond those it keeps
+ * (ring_shrink), in a transaction of its own, at most every
+ * PGQ_RING_MAINTAIN_USECS.  As pgq_ring_maintain, never raises an error of
+ * its own.
+ */
+void
+pgq_ring_shrink(void)
+{
+	static int	rings[2] = {RING_QUEUE, RING_WORK};
+
+	next_shrink = GetCurrentTimestamp() + PGQ_RING_MAINTAIN_USECS;
+	if (pgq_layout() != PGQ_V11)
+		return;
+	if (shrink_wanted[RING_WORK])
+		pgq_upkeep_try(ring_shrink, &rings[RING_WORK], "drop the free slots of pgqueue.work_queue",
+					   "The scheduler tries again after a later pass.");
+	if (shrink_wanted[RING_QUEUE])
+		pgq_upkeep_try(ring_shrink, &rings[RING_QUEUE], "drop the free slots of pgqueue.queue",
+					   "The scheduler tries again after a later pass.");
 }
 
 /* Most rows a slot may have left for them to be moved (straggler move). */

@@ -237,6 +237,17 @@ pgq_run_pass(void)
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+
+	/* free slots beyond those the rings keep: dropped in a short transaction */
+	if (moved >= 0 && pgq_ring_shrink_wanted())
+	{
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (OidIsValid(pgq_extension_pinned()))
+			pgq_ring_shrink();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return moved;

@@ -74,12 +74,25 @@ SELECT count(*) = 0 FROM pgqueue.slots
  WHERE tbl = 'queue' AND slot > 0 AND state IN ('live', 'drained')}),
 	'every slot of queue but the current one and slot 0 truncated: ' . slot_states());
 
+# the ring keeps two free slots and drops the others, so that a reader of
+# the parent, which locks every slot that exists, pins few
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT count(*) <= 2 FROM pgqueue.slots WHERE tbl = 'queue' AND slot > 0 AND state = 'free'}),
+	'free slots beyond two dropped: ' . slot_states());
+is( q1(q{
+SELECT (SELECT count(*) FROM pg_partition_tree('pgqueue.queue') WHERE isleaf)
+     = (SELECT count(*) FROM pgqueue.slots WHERE tbl = 'queue')}),
+	't', 'each slot left has its table and its row');
+
 # --- a snapshot held across turns -------------------------------------------------
 push_jobs('h', 1, 200);
 ok(wait_scheduled('h'), '200 jobs of h scheduled');
 my $holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
 my $seen = $holder->query_safe('SELECT count(*) FROM pgqueue.queue');
+cmp_ok(q1(q{SELECT count(*) FROM pg_partition_tree('pgqueue.queue') WHERE isleaf}),
+	'<=', 6, 'the holder read (and pinned) few slots: ' . slot_states());
 my $done = 0;
 for my $round (1 .. 6)
 {
@@ -119,6 +132,7 @@ is(q1(q{SELECT count(*) FROM pgq_claim('holder', 1, '1 hour', ARRAY['long'])}),
 my $stay = q1(q{SELECT string_agg(DISTINCT slot::text, ',')
                    FROM pgqueue.queue WHERE queue IN ('later', 'dl', 'long')});
 unlike($stay, qr/\b0\b/, "they are in slot(s) $stay, not slot 0");
+my $stay_oids = slot_oids($node, 'queue', split(/,/, $stay));
 my $started = time;
 while (time - $started < 13)
 {
@@ -126,10 +140,8 @@ while (time - $started < 13)
 	wait_scheduled('e');
 	drain('e');
 }
-ok( $node->poll_query_until(
-		'postgres', "SELECT bool_and(state = 'free') FROM pgqueue.slots
-		             WHERE tbl = 'queue' AND slot IN ($stay)"),
-	"slot(s) $stay emptied and truncated: " . slot_states());
+ok(wait_slots_free($node, 'queue', $stay_oids),
+	"slot(s) $stay emptied and truncated (or dropped): " . slot_states());
 is( q1(q{SELECT count(*) FROM pgqueue.queue_0 WHERE queue IN ('later', 'dl', 'long')}),
 	'22', 'the jobs that stayed are in slot 0');
 cmp_ok(q1(q{SELECT count(*) FROM pgqueue.slots WHERE tbl = 'queue' AND state <> 'free'}),
@@ -145,7 +157,52 @@ is( q1(q{SELECT pgq_push('d', '{"n": 2}', dedup_key => 'x')}),
 ok(wait_scheduled('later'), 'the jobs due later are scheduled from slot 0 when due');
 is(scalar(drain('later')), 20, 'and claimed');
 
+# --- a reader that pins the 32 slots of a backlog --------------------------------
+# The ring grows to 32 slots with a backlog; a transaction that reads the parent
+# then locks them all.  As the backlog drains they cannot be reused, and the
+# ring makes slots past 32 (up to 64) so as to go on turning; once the reader
+# ends, the free slots beyond two are dropped.
+q1(q{SELECT pgq_configure('big', paused => true)});
+my $batches = 0;
+while ($batches < 400
+	&& q1(q{SELECT count(*) FROM pg_partition_tree('pgqueue.queue') WHERE isleaf}) < 32)
+{
+	push_jobs('big', 1 + $batches * 200, 200);
+	$batches++;
+	q1('SELECT pg_sleep(0.05)');
+}
+is(q1(q{SELECT count(*) FROM pg_partition_tree('pgqueue.queue') WHERE isleaf}),
+	'32', "a backlog of $batches batches of 200 jobs took the ring to 32 slots");
+my $pinner = $node->background_psql('postgres');
+$pinner->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+my $big = $pinner->query_safe(q{SELECT count(*) FROM pgqueue.queue WHERE queue = 'big'});
+is($big, $batches * 200, 'a reader read them all (and locked the 32 slots)');
+q1(q{SELECT pgq_configure('big', paused => false)});
+ok(wait_scheduled('big'), 'the backlog scheduled');
+is(scalar(drain('big')), $big, 'and drained');
+for my $round (1 .. 4)
+{
+	push_jobs('b', 1 + $_ * 200, 200) for 0 .. 9;
+	wait_scheduled('b');
+	drain('b');
+}
+cmp_ok(q1(q{SELECT max(slot) FROM pgqueue.slots WHERE tbl = 'queue'}),
+	'>=', 32, 'the ring made slots past 32 while the reader pinned them: ' . slot_states());
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT count(*) > 0 FROM pgqueue.slots WHERE tbl = 'queue' AND slot >= 32 AND state = 'free'}),
+	'and truncated some of them during the hold');
+$pinner->query_safe('COMMIT');
+$pinner->quit;
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT count(*) <= 5 FROM pg_partition_tree('pgqueue.queue') WHERE isleaf}),
+	'once it ended, the slots were truncated and all but a few dropped: ' . slot_states());
+push_jobs('after', 1, 500);
+ok(wait_scheduled('after'), 'jobs pushed after are scheduled');
+is(scalar(drain('after')), 500, 'and claimed');
+
 $node->stop;
 my $log = slurp_file($node->logfile);
-unlike($log, qr/could not (turn the ring|move the rows)/, 'no upkeep step of the rings failed');
+unlike($log, qr/could not (turn the ring|move the rows|drop the free slots)/, 'no upkeep step of the rings failed');
 done_testing();

@@ -17,6 +17,8 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(
   pgq_node
+  slot_oids
+  wait_slots_free
   scheduler_pid
   wait_for_scheduler
   scheduler_count
@@ -198,6 +200,28 @@ SELECT (c.payload->>'n')::int, pgq_ack(c.id, 'k') FROM c});
 		}
 	}
 	return @n;
+}
+
+# The OIDs of the tables of slots @slots of ring $tbl (queue, work_queue),
+# as a list for SQL's IN.
+sub slot_oids
+{
+	my ($node, $tbl, @slots) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT string_agg(format('pgqueue.%I', '${tbl}_' || s)::regclass::oid::text, ',')
+		   FROM unnest(ARRAY[" . join(',', @slots) . "]) s");
+}
+
+# Wait until every table of $oids (slot_oids) of ring $tbl is a free slot,
+# or was dropped (the scheduler drops free slots beyond two).
+sub wait_slots_free
+{
+	my ($node, $tbl, $oids) = @_;
+	return $node->poll_query_until('postgres', qq{
+SELECT bool_and(s.state = 'free' OR c.oid IS NULL)
+  FROM unnest(ARRAY[$oids]::oid[]) o(oid)
+  LEFT JOIN pg_class c ON c.oid = o.oid
+  LEFT JOIN pgqueue.slots s ON s.tbl = '$tbl' AND c.relname = '${tbl}_' || s.slot});
 }
 
 # A started node whose rings turn at small sizes (pgqueue.slot_size =
