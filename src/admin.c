@@ -108,13 +108,18 @@ pgq_subxact(void (*fn) (void *), void *arg, int catch_code)
 	{
 		MemoryContextSwitchTo(oldcxt);
 		edata = CopyErrorData();
-		if (catch_code != 0 ? edata->sqlerrcode != catch_code
-			: edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			PG_RE_THROW();
 		FlushErrorState();
+
+		/*
+		 * Rolled back before an error is thrown on, as PL/pgSQL's blocks do:
+		 * a caller's pgq_subxact that catches it then rolls back its own.
+		 */
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
+		if (catch_code != 0 ? edata->sqlerrcode != catch_code
+			: edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			ReThrowError(edata);
 	}
 	PG_END_TRY();
 	return edata;
@@ -143,11 +148,50 @@ pgq_upkeep_try(void (*fn) (void *), void *arg, const char *what, const char *hin
 }
 
 static void
-pgq_run_statement(void *arg)
+pgq_run_plan(void *arg)
 {
 	PgqStatement *st = (PgqStatement *) arg;
 
 	st->rc = SPI_execute_plan(st->plan, st->args, st->nulls, false, 0);
+}
+
+/*
+ * SPI_execute_plan(plan, args, nulls, false, 0) of a statement on
+ * pgqueue.queue through the parent that locks job rows.  When the
+ * scheduler moves a job row it meets to slot 0 (ring.c, ring_move_jobs:
+ * an UPDATE of its slot, a delete and an insert), PostgreSQL ends the
+ * statement with "tuple to be locked was already moved to another
+ * partition" (40001) instead of following the row.  Under READ COMMITTED
+ * each run takes a new snapshot, which sees the row in slot 0: the
+ * statement is run again, in a subtransaction, up to PGQ_ADMIN_ATTEMPTS
+ * times (a slot's rows are moved once, in one short statement).  Under
+ * REPEATABLE READ or SERIALIZABLE the snapshot would not change: the
+ * error is the caller's to retry, as any serialization failure.
+ */
+int
+pgq_execute_moving(SPIPlanPtr plan, Datum *args, const char *nulls)
+{
+	PgqStatement st = {plan, args, nulls, 0};
+	int			attempt;
+
+	for (attempt = 1; attempt < PGQ_ADMIN_ATTEMPTS && !IsolationUsesXactSnapshot(); attempt++)
+	{
+		ErrorData  *edata = pgq_subxact(pgq_run_plan, &st, ERRCODE_T_R_SERIALIZATION_FAILURE);
+
+		if (edata == NULL)
+			return st.rc;
+		FreeErrorData(edata);
+	}
+	/* the last try, or the only one: its error is the caller's */
+	return SPI_execute_plan(plan, args, nulls, false, 0);
+}
+
+static void
+pgq_run_statement(void *arg)
+{
+	PgqStatement *st = (PgqStatement *) arg;
+
+	st->rc = pgq_execute_moving(st->plan, st->args, st->nulls);
 }
 
 /*
@@ -371,8 +415,8 @@ pgq_cancel(PG_FUNCTION_ARGS)
 			done = freed = true;
 			break;
 		}
-		if (SPI_execute_plan(pgq_keep_plan(&plan_cancel_job, cancel_job_sql, 1, &type),
-							 &arg, NULL, false, 0) != SPI_OK_DELETE_RETURNING)
+		if (pgq_execute_moving(pgq_keep_plan(&plan_cancel_job, cancel_job_sql, 1, &type),
+							   &arg, NULL) != SPI_OK_DELETE_RETURNING)
 			elog(ERROR, "cancel failed");
 		if (SPI_processed == 1)
 		{
@@ -490,8 +534,8 @@ pgq_purge(PG_FUNCTION_ARGS)
 		nulls[2] = ' ';
 		pgq_archive_cover(DatumGetTimestampTz(args[2]));
 	}
-	if (SPI_execute_plan(pgq_keep_plan(&plan_purge[s], purge_sql[s], 3, types),
-						 args, nulls, false, 0) != SPI_OK_SELECT)
+	if (pgq_execute_moving(pgq_keep_plan(&plan_purge[s], purge_sql[s], 3, types),
+						   args, nulls) != SPI_OK_SELECT)
 		elog(ERROR, "purge failed");
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();

@@ -801,8 +801,8 @@ pgq_release(PG_FUNCTION_ARGS)
 
 	layout = pgq_layout();
 	SPI_connect();
-	if (SPI_execute_plan(pgq_keep_plan(&plan_release[layout], release_sql[layout], 1, types),
-						 args, NULL, false, 0) != SPI_OK_SELECT)
+	if (pgq_execute_moving(pgq_keep_plan(&plan_release[layout], release_sql[layout], 1, types),
+						   args, NULL) != SPI_OK_SELECT)
 		elog(ERROR, "release failed");
 	released = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	failed = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));

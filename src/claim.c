@@ -807,9 +807,9 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 			int64		failed_before = failed;
 
 			a[1] = Int32GetDatum(c->max_items - stolen);
-			if (SPI_execute_plan(pgq_keep_plan(&plan_claim_stolen[w.layout],
-											   claim_stolen_sql[w.layout], 6, types),
-								 a, n, false, 0) != SPI_OK_SELECT)
+			if (pgq_execute_moving(pgq_keep_plan(&plan_claim_stolen[w.layout],
+												 claim_stolen_sql[w.layout], 6, types),
+								   a, n) != SPI_OK_SELECT)
 				elog(ERROR, "claim of expired leases failed");
 			stolen += pgq_claim_put(c->rsinfo, &failed, &min_lease);
 			if (failed == failed_before || stolen >= c->max_items)

@@ -408,6 +408,7 @@ extern void pgq_archive_maintain(void);
 
 /* admin.c */
 extern ErrorData *pgq_subxact(void (*fn) (void *), void *arg, int catch_code);
+extern int	pgq_execute_moving(SPIPlanPtr plan, Datum *args, const char *nulls);
 extern void pgq_upkeep_try(void (*fn) (void *), void *arg, const char *what,
 						   const char *hint);
 
