@@ -553,6 +553,25 @@ make_slot(Oid nsp, int r, int32 s)
 	return get_relname_relid(t, nsp);
 }
 
+/*
+ * Lock the parent of ring r in mode (ACCESS EXCLUSIVE: only when had at
+ * once, never waiting) and load its ring.  Returns the parent's OID, or
+ * InvalidOid when the lock was not had.
+ */
+static Oid
+ring_open(int r, LOCKMODE mode, Ring *ring)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+	Oid			parent = pgq_relid(nsp, ring_names[r]);
+
+	if (mode != AccessExclusiveLock)
+		LockRelationOid(parent, mode);
+	else if (!ConditionalLockRelationOid(parent, mode))
+		return InvalidOid;
+	ring_load(nsp, parent, ring_names[r], ring);
+	return parent;
+}
+
 /* The free slots of ring r (the cold slot of queue is not one). */
 static int
 ring_nfree(const Ring *ring, int r)
@@ -581,14 +600,13 @@ ring_turn(void *arg)
 	const char *name = ring_names[r];
 	RingNotes  *rn = &ring_notes[r];
 	Oid			nsp = get_namespace_oid("pgqueue", false);
-	Oid			parent = pgq_relid(nsp, name);
 	Ring		ring;
-	RingSlot   *cur;
+	Oid			parent = ring_open(r, AccessShareLock, &ring);
+	RingSlot   *cur = &ring.slots[ring.current];
 	bool		changed = false;
 	int			pinned = 0;		/* drained or free slots not reusable now */
 	int			i;
 
-	LockRelationOid(parent, AccessShareLock);
 	if (parent != rn->parent)
 	{
 		/* the extension was made again: forget what was noted */
@@ -599,8 +617,6 @@ ring_turn(void *arg)
 			rn->waits_noted[i] = false;
 		}
 	}
-	ring_load(nsp, parent, name, &ring);
-	cur = &ring.slots[ring.current];
 	SPI_connect();
 
 	for (i = 0; i < ring.n; i++)
@@ -722,15 +738,13 @@ ring_shrink(void *arg)
 	int			r = *(int *) arg;
 	const char *name = ring_names[r];
 	RingNotes  *rn = &ring_notes[r];
-	Oid			nsp = get_namespace_oid("pgqueue", false);
-	Oid			parent = pgq_relid(nsp, name);
 	Ring		ring;
+	Oid			parent = ring_open(r, AccessExclusiveLock, &ring);
 	int			nfree;
 	int			i;
 
-	if (!ConditionalLockRelationOid(parent, AccessExclusiveLock))
+	if (!OidIsValid(parent))
 		return;					/* in use: tried again later */
-	ring_load(nsp, parent, name, &ring);
 	nfree = ring_nfree(&ring, r);
 
 	SPI_connect();
@@ -872,17 +886,12 @@ ring_move_rows(const char *sql, int32 slot, int expected, const char *name, int3
 static void
 ring_move(void *arg)
 {
-	Oid			nsp = get_namespace_oid("pgqueue", false);
-	Oid			parent = pgq_relid(nsp, "work_queue");
 	TimestampTz old = GetCurrentTimestamp() - PGQ_MOVE_AGE_USECS;
 	Ring		ring;
-	RingSlot   *cur;
+	Oid			parent = ring_open(RING_WORK, AccessShareLock, &ring);
+	RingSlot   *cur = &ring.slots[ring.current];
 	TimestampTz oldest = DT_NOEND;
 	int			i;
-
-	LockRelationOid(parent, AccessShareLock);
-	ring_load(nsp, parent, "work_queue", &ring);
-	cur = &ring.slots[ring.current];
 
 	SPI_connect();
 	for (i = 0; i < ring.n; i++)
@@ -965,14 +974,11 @@ ring_move(void *arg)
 static void
 ring_move_jobs(void *arg)
 {
-	Oid			nsp = get_namespace_oid("pgqueue", false);
-	Oid			parent = pgq_relid(nsp, "queue");
 	TimestampTz old = GetCurrentTimestamp() - PGQ_MOVE_AGE_USECS;
 	Ring		ring;
 	int			i;
 
-	LockRelationOid(parent, AccessShareLock);
-	ring_load(nsp, parent, "queue", &ring);
+	(void) ring_open(RING_QUEUE, AccessShareLock, &ring);
 
 	SPI_connect();
 	for (i = 0; i < ring.n; i++)
