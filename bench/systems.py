@@ -51,6 +51,11 @@ class System:
     def __init__(self, cfg):
         self.cfg = cfg
         self._bg = None
+        # rows deleted from each leaf of the job table, as last read: a
+        # partition that is dropped (pgqueue drops free slots) takes its
+        # statistics with it, and the rows deleted from it still count
+        self._deleted = {}
+        self._deleted_lock = threading.Lock()
 
     # -- setup -------------------------------------------------------------
     @property
@@ -139,15 +144,26 @@ class System:
     # -- counting ----------------------------------------------------------
     # The heaps of the system's tables: a partitioned table's statistics
     # and size are its partitions' (pgqueue's queue and work_queue, the
-    # experiments' jobs); a plain table is its own (pg_partition_tree has
-    # no row for a table that is neither partitioned nor a partition).
-    LEAVES = ("SELECT coalesce(l.relid, t) AS relid FROM unnest(%s::regclass[]) t "
-              "LEFT JOIN LATERAL pg_partition_tree(t) l ON l.isleaf")
+    # experiments' jobs); a plain table is its own.  Read from pg_inherits
+    # and pg_class, which lock nothing: pg_partition_tree() locks every
+    # partition, and a sampler that does so twice a second pins pgqueue's
+    # free slots (a slot a transaction holds a lock on is not reused) as a
+    # reader of the table would.
+    LEAVES = ("WITH RECURSIVE tree(relid) AS ("
+              "  SELECT t::oid FROM unnest(%s::regclass[]) t"
+              "  UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.relid)"
+              " SELECT tree.relid::regclass AS relid FROM tree JOIN pg_class c ON c.oid = tree.relid"
+              " WHERE c.relkind <> 'p'")
 
     def deletes(self, conn):
-        """Rows ever deleted from the job table (cumulative statistics)."""
-        return scalar(conn, "SELECT coalesce(sum(pg_stat_get_tuples_deleted(relid)), 0)::bigint "
-                            "FROM (%s) h" % self.LEAVES, ([self.job_table],))
+        """Rows ever deleted from the job table (cumulative statistics),
+        partitions dropped since they were last read included."""
+        rows = conn.execute("SELECT relid::oid, pg_stat_get_tuples_deleted(relid) FROM (%s) h"
+                            % self.LEAVES, ([self.job_table],)).fetchall()
+        with self._deleted_lock:
+            for relid, n in rows:
+                self._deleted[relid] = n
+            return sum(self._deleted.values())
 
     def settled_deletes(self, conn, timeout=10.0):
         """Deletes once every backend has flushed its statistics."""
