@@ -154,6 +154,12 @@ class System:
               "  UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.relid)"
               " SELECT tree.relid::regclass AS relid FROM tree JOIN pg_class c ON c.oid = tree.relid"
               " WHERE c.relkind <> 'p'")
+    # The same, locked (ACCESS SHARE, to the end of the transaction) by
+    # pg_partition_tree(): for the functions that open each heap (sizes,
+    # pgstattuple), so that no partition is dropped between the list and
+    # its reading.  Once at the end of a run, not in the sampler.
+    LEAVES_LOCKED = ("SELECT coalesce(l.relid, t) AS relid FROM unnest(%s::regclass[]) t "
+                     "LEFT JOIN LATERAL pg_partition_tree(t) l ON l.isleaf")
 
     def deletes(self, conn):
         """Rows ever deleted from the job table (cumulative statistics),
@@ -162,7 +168,8 @@ class System:
                             % self.LEAVES, ([self.job_table],)).fetchall()
         with self._deleted_lock:
             for relid, n in rows:
-                self._deleted[relid] = n
+                # a partition dropped after the list was read reads 0
+                self._deleted[relid] = max(n, self._deleted.get(relid, 0))
             return sum(self._deleted.values())
 
     def settled_deletes(self, conn, timeout=10.0):
@@ -190,7 +197,7 @@ class System:
                             "WHERE relid IN (%s)" % self.LEAVES, (list(self.tables),))
 
     def total_size(self, conn):
-        return scalar(conn, "SELECT sum(pg_total_relation_size(relid))::bigint FROM (%s) h" % self.LEAVES,
+        return scalar(conn, "SELECT sum(pg_total_relation_size(relid))::bigint FROM (%s) h" % self.LEAVES_LOCKED,
                       (list(self.tables),))
 
     def dead_exact(self, conn):
@@ -199,7 +206,7 @@ class System:
         and counts that backends flush after a TRUNCATE reset them stay on
         the emptied table until its next VACUUM or TRUNCATE."""
         return scalar(conn, "SELECT coalesce(sum((pgstattuple(relid)).dead_tuple_count), 0)::bigint "
-                            "FROM (%s) h" % self.LEAVES, (list(self.tables),))
+                            "FROM (%s) h" % self.LEAVES_LOCKED, (list(self.tables),))
 
     # -- backlog -----------------------------------------------------------
     def preload(self, conn, n, chunk=100000):
