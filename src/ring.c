@@ -572,7 +572,19 @@ ring_open(int r, LOCKMODE mode, Ring *ring)
 	return parent;
 }
 
-/* The free slots of ring r (the cold slot of queue is not one). */
+/*
+ * Whether s is a free slot of ring r that the ring may reuse or drop: one
+ * of its numbered slots (not queue's cold slot 0, nor a partition of
+ * someone else's numbering).
+ */
+static bool
+slot_is_free(const RingSlot *s, int r)
+{
+	return s->state == SLOT_FREE && s->slot < PGQ_MAX_SLOTS &&
+		(s->slot > 0 || (r == RING_WORK && s->slot == 0));
+}
+
+/* The free slots of ring r. */
 static int
 ring_nfree(const Ring *ring, int r)
 {
@@ -580,8 +592,7 @@ ring_nfree(const Ring *ring, int r)
 	int			i;
 
 	for (i = 0; i < ring->n; i++)
-		if (ring->slots[i].state == SLOT_FREE &&
-			!(r == RING_QUEUE && ring->slots[i].slot == 0))
+		if (slot_is_free(&ring->slots[i], r))
 			n++;
 	return n;
 }
@@ -669,8 +680,7 @@ ring_turn(void *arg)
 		 */
 		for (i = 0; i < ring.n && next == NULL; i++)
 		{
-			if (ring.slots[i].state != SLOT_FREE ||
-				(r == RING_QUEUE && ring.slots[i].slot == 0))
+			if (!slot_is_free(&ring.slots[i], r))
 				continue;
 			if (ConditionalLockRelationOid(ring.slots[i].relid, AccessExclusiveLock))
 				next = &ring.slots[i];
@@ -756,7 +766,7 @@ ring_shrink(void *arg)
 
 		/* slot 0 is the extension's (pgqueue--1.1.sql): never dropped */
 		for (i = 0; i < ring.n; i++)
-			if (ring.slots[i].state == SLOT_FREE && ring.slots[i].slot > 0 &&
+			if (slot_is_free(&ring.slots[i], r) && ring.slots[i].slot > 0 &&
 				(s == NULL || ring.slots[i].slot > s->slot))
 				s = &ring.slots[i];
 		if (s == NULL)
@@ -775,11 +785,8 @@ ring_shrink(void *arg)
 		if (SPI_execute_with_args("DELETE FROM pgqueue.slots WHERE tbl = $1 AND slot = $2",
 								  2, types, args, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not forget slot %d of pgqueue.%s", s->slot, name);
-		if (s->slot >= 0 && s->slot < PGQ_MAX_SLOTS)
-		{
-			rn->made_xmin[s->slot] = InvalidTransactionId;
-			rn->waits_noted[s->slot] = false;
-		}
+		rn->made_xmin[s->slot] = InvalidTransactionId;
+		rn->waits_noted[s->slot] = false;
 		ereport(DEBUG1,
 				(errmsg_internal("dropped free slot %d of pgqueue.%s", s->slot, name)));
 	}
