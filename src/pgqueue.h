@@ -316,6 +316,7 @@ extern void pgq_ring_view(Oid nsp, const char *name, PgqRingView *v);
 extern void pgq_ring_maintain(void);
 extern bool pgq_ring_shrink_wanted(void);
 extern void pgq_ring_shrink(void);
+extern bool pgq_ring_stats_flush_wanted(void);
 
 /* jobs.c: push, extend, ack and nack of one job (or a few) */
 

@@ -15,7 +15,9 @@
  *	 live		may hold rows: calls visit it (claims walk it, acks probe it)
  *	 drained	found empty: calls no longer visit it; truncated when no
  *				snapshot that could see its rows is left (below)
- *	 free		truncated, empty: the next slot to become current
+ *	 free		truncated, empty: the next slot to become current (its
+ *				statistics set right once other backends' counts of its
+ *				last rows are in: stats_settle)
  *
  * Slot 0 of queue is its cold slot: once another slot was made current it
  * stays live, never drained.  Jobs with a dedup_key are pushed into it (its
@@ -73,6 +75,7 @@
 #include "miscadmin.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
+#include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
@@ -100,6 +103,14 @@ int			pgqueue_slot_size_kb = 1024;
 #define PGQ_FREE_RESERVE 2
 /* How often the scheduler looks at the ring, at most. */
 #define PGQ_RING_MAINTAIN_USECS (100 * 1000)
+/*
+ * A free slot's statistics, set right: from this long after its TRUNCATE,
+ * looked at again at most this often, until this long after it (see
+ * stats_settle).
+ */
+#define PGQ_STATS_SETTLE_USECS (1500 * 1000)
+#define PGQ_STATS_RELOOK_USECS (2000 * 1000)
+#define PGQ_STATS_WATCH_USECS (15 * 1000 * 1000)
 /* How long its DDL (a new slot's ATTACH) waits for its lock, at most. */
 #define PGQ_RING_LOCK_TIMEOUT_MS "100"
 
@@ -153,11 +164,14 @@ typedef struct RingNotes
 	VirtualTransactionId *waits[PGQ_MAX_SLOTS];
 	int			nwaits[PGQ_MAX_SLOTS];
 	bool		waits_noted[PGQ_MAX_SLOTS];
+	TimestampTz truncated[PGQ_MAX_SLOTS];	/* free since; 0: not watched */
+	TimestampTz stats_look[PGQ_MAX_SLOTS];	/* next look at its statistics */
 } RingNotes;
 
 static RingNotes ring_notes[2];
 static TimestampTz next_maintain = 0;
 static bool shrink_wanted[2];	/* a ring has more free slots than it keeps */
+static bool stats_flush_wanted = false; /* a slot's counts zeroed: flush them */
 static TimestampTz next_shrink = 0;
 
 static const char *
@@ -598,6 +612,69 @@ ring_nfree(const Ring *ring, int r)
 }
 
 /*
+ * Set right the statistics of free slot s, truncated a moment ago.  A
+ * TRUNCATE sets a table's live and dead row counts to zero when it
+ * commits, but the counts of other backends' deletes and updates that they
+ * had not yet flushed then (a busy backend flushes at most once a second,
+ * an idle one within ten seconds) are added afterwards: an emptied slot
+ * would show the dead rows of its last second of use until it is truncated
+ * again, one more ring turn later, in pg_stat_user_tables and to
+ * autovacuum.  From PGQ_STATS_SETTLE_USECS after the TRUNCATE until
+ * PGQ_STATS_WATCH_USECS after it, a slot whose counts are not zero is
+ * counted as truncated again (pgstat_count_truncate: its live and dead
+ * counts set to zero when this transaction's statistics are flushed; the
+ * cumulative counts of inserts, updates and deletes are kept) if, under
+ * ACCESS EXCLUSIVE, it has no page.
+ */
+static void
+stats_settle(RingNotes *rn, const RingSlot *s, TimestampTz now)
+{
+	PgStat_StatTabEntry *st;
+	Relation	rel;
+
+	if (now >= rn->truncated[s->slot] + PGQ_STATS_WATCH_USECS)
+	{
+		rn->truncated[s->slot] = 0;
+		return;
+	}
+	if (now < rn->stats_look[s->slot])
+		return;
+	rn->stats_look[s->slot] = now + PGQ_STATS_RELOOK_USECS;
+	st = pgstat_fetch_stat_tabentry(s->relid);
+	if (st == NULL || (st->n_live_tuples == 0 && st->n_dead_tuples == 0))
+		return;
+	if (!ConditionalLockRelationOid(s->relid, AccessExclusiveLock))
+		return;
+	rel = table_open(s->relid, NoLock);
+	if (RelationGetNumberOfBlocks(rel) == 0)
+	{
+		pgstat_count_truncate(rel);
+		stats_flush_wanted = true;
+	}
+	table_close(rel, NoLock);
+}
+
+/*
+ * Whether this transaction zeroed the row counts of a slot (a TRUNCATE, or
+ * stats_settle): if so the scheduler flushes its statistics as soon as the
+ * transaction has committed (pgstat_report_stat(true)), not up to a second
+ * later.  A later transaction of the same backend that writes the slot
+ * before that flush would undo the zeroing: PostgreSQL keeps one "truncated"
+ * mark per table among the counts a backend has not flushed, and each
+ * transaction that commits a change to the table sets it to its own
+ * (AtEOXact_PgStat_Relations), so that the slot would go on counting the
+ * dead rows of its former turns.  Reset by the call.
+ */
+bool
+pgq_ring_stats_flush_wanted(void)
+{
+	bool		wanted = stats_flush_wanted;
+
+	stats_flush_wanted = false;
+	return wanted;
+}
+
+/*
  * One look at a ring (*arg: RING_QUEUE, RING_WORK): truncate the drained
  * slots that may be, mark drained the live ones found empty, and make a
  * new slot current when the current one has grown to pgqueue.slot_size.
@@ -616,6 +693,7 @@ ring_turn(void *arg)
 	RingSlot   *cur = &ring.slots[ring.current];
 	bool		changed = false;
 	int			pinned = 0;		/* drained or free slots not reusable now */
+	TimestampTz now = GetCurrentTimestamp();
 	int			i;
 
 	if (parent != rn->parent)
@@ -626,6 +704,7 @@ ring_turn(void *arg)
 		{
 			rn->made_xmin[i] = InvalidTransactionId;
 			rn->waits_noted[i] = false;
+			rn->truncated[i] = 0;
 		}
 	}
 	SPI_connect();
@@ -658,8 +737,13 @@ ring_turn(void *arg)
 			set_state(name, s, SLOT_FREE);
 			rn->waits_noted[s->slot] = false;
 			rn->made_xmin[s->slot] = InvalidTransactionId;
+			rn->truncated[s->slot] = now;
+			rn->stats_look[s->slot] = now + PGQ_STATS_SETTLE_USECS;
+			stats_flush_wanted = true;
 			changed = true;
 		}
+		else if (s->state == SLOT_FREE && rn->truncated[s->slot] != 0)
+			stats_settle(rn, s, now);
 		else if (s->state == SLOT_LIVE && slot_rows(s->relid, 0) == 0)
 		{
 			set_state(name, s, SLOT_DRAINED);
@@ -672,20 +756,36 @@ ring_turn(void *arg)
 	if (slot_full(cur->relid))
 	{
 		RingSlot   *next = NULL;
+		bool		tried[PGQ_MAX_SLOTS] = {0};
 
 		/*
 		 * A free slot that no one has locked: a transaction that read the
 		 * parent holds a lock on every slot it had then, until it ends, and
 		 * one of those filled again could not be truncated before that.
+		 * The one truncated longest ago first (truncated[] is 0 once it is
+		 * no longer watched): its statistics are settled (stats_settle).
 		 */
-		for (i = 0; i < ring.n && next == NULL; i++)
+		for (;;)
 		{
-			if (!slot_is_free(&ring.slots[i], r))
-				continue;
-			if (ConditionalLockRelationOid(ring.slots[i].relid, AccessExclusiveLock))
-				next = &ring.slots[i];
-			else
-				pinned++;
+			RingSlot   *oldest = NULL;
+
+			for (i = 0; i < ring.n; i++)
+			{
+				RingSlot   *f = &ring.slots[i];
+
+				if (slot_is_free(f, r) && !tried[i] &&
+					(oldest == NULL || rn->truncated[f->slot] < rn->truncated[oldest->slot]))
+					oldest = f;
+			}
+			if (oldest == NULL)
+				break;
+			tried[oldest - ring.slots] = true;
+			if (ConditionalLockRelationOid(oldest->relid, AccessExclusiveLock))
+			{
+				next = oldest;
+				break;
+			}
+			pinned++;
 		}
 
 		/*
@@ -723,6 +823,7 @@ ring_turn(void *arg)
 			set_state(name, next, SLOT_CURRENT);
 			rn->made_xmin[next->slot] = GetActiveSnapshot()->xmin;
 			rn->waits_noted[next->slot] = false;
+			rn->truncated[next->slot] = 0;
 			changed = true;
 		}
 	}
@@ -787,6 +888,7 @@ ring_shrink(void *arg)
 			elog(ERROR, "could not forget slot %d of pgqueue.%s", s->slot, name);
 		rn->made_xmin[s->slot] = InvalidTransactionId;
 		rn->waits_noted[s->slot] = false;
+		rn->truncated[s->slot] = 0;
 		ereport(DEBUG1,
 				(errmsg_internal("dropped free slot %d of pgqueue.%s", s->slot, name)));
 	}

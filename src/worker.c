@@ -248,7 +248,8 @@ pgq_run_pass(void)
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
-	pgstat_report_stat(false);
+	/* at once when a slot's row counts were zeroed (ring.c) */
+	pgstat_report_stat(pgq_ring_stats_flush_wanted());
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return moved;
 }

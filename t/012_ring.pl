@@ -12,7 +12,9 @@
 #   is not truncated until that transaction ends, and that snapshot still
 #   reads its rows;
 # - the few rows left in an old slot (a queue no one claims, a long lease)
-#   are moved to the current slot, and the ring does not grow with them.
+#   are moved to the current slot, and the ring does not grow with them;
+# - an emptied slot's statistics count no live or dead rows, even those a
+#   backend flushed after its TRUNCATE.
 use strict;
 use warnings;
 
@@ -164,6 +166,56 @@ is( q1(q{SELECT pgq_ack(id, 'holder') FROM pgqueue.work_queue WHERE lock_key = '
 	't', 'the held job is acked by its holder in its new slot');
 is( q1(q{SELECT count(*) FROM pgq_claim('late', 100, '1 minute', ARRAY['stuck'])}),
 	'49', 'the others are claimed');
+
+# --- statistics of an emptied slot --------------------------------------------
+# A TRUNCATE sets a table's live and dead row counts to zero when it commits,
+# but the counts a backend had not flushed by then (a busy one flushes at most
+# once a second, an idle one within ten) are added to the emptied slot
+# afterwards; the scheduler sets them to zero again once they are in.
+push_scheduled('st', 1, 600);
+my $st_oids = q1(q{SELECT string_agg(DISTINCT tableoid::text, ',') FROM pgqueue.work_queue
+                    WHERE queue = 'st'});
+my $w = $node->background_psql('postgres');
+# a first flush of this backend's statistics: the next waits a second at least
+$w->query_safe('SELECT count(*) FROM pgqueue.slots');
+is( $w->query_safe(q{SELECT count(pgq_ack(c.id, 'w'))
+                       FROM pgq_claim('w', 1000, '1 minute', ARRAY['st']) c}),
+	'600', "600 jobs claimed and acked by one session, in slots $st_oids");
+my $acked = time;
+# the ring turns past one of their slots at least: the first found free
+my $free_sql = qq{
+SELECT coalesce(string_agg(c.oid::text, ','), '') FROM pg_class c
+  JOIN pgqueue.slots s ON s.tbl = 'work_queue' AND c.relname = 'work_queue_' || s.slot
+ WHERE c.oid IN ($st_oids) AND s.state = 'free'};
+my $st_free = '';
+for (my $i = 0; $i < 40 && ($st_free = q1($free_sql)) eq ''; $i++)
+{
+	q1(q{SELECT pgq_push_batch('f', ARRAY(SELECT jsonb_build_object('n', g)
+	      FROM generate_series(1, 100) g))});
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pgqueue.queue WHERE queue = 'f' AND state = 'pending'");
+	drain('f');
+}
+isnt($st_free, '', "a slot of theirs was emptied and truncated ($st_free): " . slot_states());
+cmp_ok(time - $acked, '<', 9, 'before that session flushed its counts (it is idle)');
+$st_oids = $st_free || 0;
+my $st_sql = qq{
+SELECT count(*) AS slots, coalesce(sum(n_dead_tup), 0) AS dead,
+       coalesce(sum(n_live_tup), 0) AS live, coalesce(sum(n_tup_del), 0) AS deleted,
+       coalesce(sum(vacuum_count + autovacuum_count), 0) AS vacuums
+  FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+ WHERE s.relid IN ($st_oids)};
+# the TRUNCATE's zeroes flushed by the scheduler (and any count flushed since,
+# set right), before that session's counts come in
+ok( $node->poll_query_until('postgres', "SELECT dead = 0 AND live = 0 FROM ($st_sql) x"),
+	'the emptied slot counts no live or dead rows: ' . q1($st_sql));
+my $deleted = q1("SELECT deleted FROM ($st_sql) x");
+$w->quit;    # its counts flushed as it exits, after the TRUNCATE
+ok( $node->poll_query_until('postgres', qq{
+SELECT slots > 0 AND deleted > $deleted AND dead = 0 AND live = 0 AND vacuums = 0
+  FROM ($st_sql) x}),
+	'nor after the counts of that session came in (its deletes counted), without a VACUUM: '
+	  . q1($st_sql));
 
 $node->stop;
 done_testing();
