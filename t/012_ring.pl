@@ -144,6 +144,7 @@ drain('d');
 # slot has been out of use for 10 s) instead of keeping it from draining.
 my $stuck = q1(q{SELECT slot FROM pgqueue.slots WHERE tbl = 'work_queue' AND state = 'current'});
 my $stuck_oid = slot_oids($node, 'work_queue', $stuck);
+my $stuck_file = slot_files($node, $stuck_oid);
 push_scheduled('stuck', 1, 50);
 is(q1(q{SELECT count(*) FROM pgq_claim('holder', 1, '1 hour', ARRAY['stuck'])}),
 	'1', 'one of them held for an hour');
@@ -156,7 +157,7 @@ while (time - $started < 13)
 		"SELECT count(*) = 0 FROM pgqueue.queue WHERE queue = 'e' AND state = 'pending'");
 	drain('e');
 }
-ok(wait_slots_free($node, 'work_queue', $stuck_oid),
+ok(wait_slots_free($node, 'work_queue', $stuck_oid, $stuck_file),
 	"the slot they were in was emptied and truncated (or dropped): " . slot_states());
 is(q1(q{SELECT count(*) FROM pgqueue.work_queue WHERE queue = 'stuck'}),
 	'50', 'the 50 jobs are all still there');

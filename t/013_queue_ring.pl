@@ -133,6 +133,7 @@ my $stay = q1(q{SELECT string_agg(DISTINCT slot::text, ',')
                    FROM pgqueue.queue WHERE queue IN ('later', 'dl', 'long')});
 unlike($stay, qr/\b0\b/, "they are in slot(s) $stay, not slot 0");
 my $stay_oids = slot_oids($node, 'queue', split(/,/, $stay));
+my $stay_files = slot_files($node, $stay_oids);
 my $started = time;
 while (time - $started < 13)
 {
@@ -140,7 +141,7 @@ while (time - $started < 13)
 	wait_scheduled('e');
 	drain('e');
 }
-ok(wait_slots_free($node, 'queue', $stay_oids),
+ok(wait_slots_free($node, 'queue', $stay_oids, $stay_files),
 	"slot(s) $stay emptied and truncated (or dropped): " . slot_states());
 is( q1(q{SELECT count(*) FROM pgqueue.queue_0 WHERE queue IN ('later', 'dl', 'long')}),
 	'22', 'the jobs that stayed are in slot 0');

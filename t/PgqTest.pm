@@ -18,6 +18,7 @@ use Time::HiRes qw(usleep);
 our @EXPORT = qw(
   pgq_node
   slot_oids
+  slot_files
   wait_slots_free
   scheduler_pid
   wait_for_scheduler
@@ -212,14 +213,28 @@ sub slot_oids
 		   FROM unnest(ARRAY[" . join(',', @slots) . "]) s");
 }
 
+# The relfilenodes of the tables of $oids (slot_oids), in the same order:
+# a TRUNCATE gives a table a new one.
+sub slot_files
+{
+	my ($node, $oids) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT string_agg(pg_relation_filenode(o)::text, ',' ORDER BY n)
+		   FROM unnest(ARRAY[$oids]::oid[]) WITH ORDINALITY u(o, n)");
+}
+
 # Wait until every table of $oids (slot_oids) of ring $tbl is a free slot,
-# or was dropped (the scheduler drops free slots beyond two).
+# or was dropped (the scheduler drops free slots beyond two), or, given
+# $files (slot_files, read before), was truncated since: under a load that
+# goes on, a slot truncated may have become current again.
 sub wait_slots_free
 {
-	my ($node, $tbl, $oids) = @_;
+	my ($node, $tbl, $oids, $files) = @_;
+	my $truncated = defined($files) ? 'OR c.relfilenode <> o.file' : '';
+	$files //= $oids;
 	return $node->poll_query_until('postgres', qq{
-SELECT bool_and(s.state = 'free' OR c.oid IS NULL)
-  FROM unnest(ARRAY[$oids]::oid[]) o(oid)
+SELECT bool_and(s.state = 'free' OR c.oid IS NULL $truncated)
+  FROM unnest(ARRAY[$oids]::oid[], ARRAY[$files]::oid[]) o(oid, file)
   LEFT JOIN pg_class c ON c.oid = o.oid
   LEFT JOIN pgqueue.slots s ON s.tbl = '$tbl' AND c.relname = '${tbl}_' || s.slot});
 }
