@@ -104,12 +104,10 @@ int			pgqueue_slot_size_kb = 1024;
 /* How often the scheduler looks at the ring, at most. */
 #define PGQ_RING_MAINTAIN_USECS (100 * 1000)
 /*
- * A free slot's statistics, set right: from this long after its TRUNCATE,
- * looked at again at most this often, until this long after it (see
- * stats_settle).
+ * A free slot's statistics, set right: from this long after its TRUNCATE
+ * until this long after it (see stats_settle).
  */
 #define PGQ_STATS_SETTLE_USECS (1500 * 1000)
-#define PGQ_STATS_RELOOK_USECS (2000 * 1000)
 #define PGQ_STATS_WATCH_USECS (15 * 1000 * 1000)
 /* How long its DDL (a new slot's ATTACH) waits for its lock, at most. */
 #define PGQ_RING_LOCK_TIMEOUT_MS "100"
@@ -165,7 +163,6 @@ typedef struct RingNotes
 	int			nwaits[PGQ_MAX_SLOTS];
 	bool		waits_noted[PGQ_MAX_SLOTS];
 	TimestampTz truncated[PGQ_MAX_SLOTS];	/* free since; 0: not watched */
-	TimestampTz stats_look[PGQ_MAX_SLOTS];	/* next look at its statistics */
 } RingNotes;
 
 static RingNotes ring_notes[2];
@@ -620,8 +617,8 @@ ring_nfree(const Ring *ring, int r)
  * would show the dead rows of its last second of use until it is truncated
  * again, one more ring turn later, in pg_stat_user_tables and to
  * autovacuum.  From PGQ_STATS_SETTLE_USECS after the TRUNCATE until
- * PGQ_STATS_WATCH_USECS after it, a slot whose counts are not zero is
- * counted as truncated again (pgstat_count_truncate: its live and dead
+ * PGQ_STATS_WATCH_USECS after it, at each look at the ring, a slot whose
+ * counts are not zero is counted as truncated again (pgstat_count_truncate: its live and dead
  * counts set to zero when this transaction's statistics are flushed; the
  * cumulative counts of inserts, updates and deletes are kept) if, under
  * ACCESS EXCLUSIVE, it has no page.
@@ -637,9 +634,8 @@ stats_settle(RingNotes *rn, const RingSlot *s, TimestampTz now)
 		rn->truncated[s->slot] = 0;
 		return;
 	}
-	if (now < rn->stats_look[s->slot])
+	if (now < rn->truncated[s->slot] + PGQ_STATS_SETTLE_USECS)
 		return;
-	rn->stats_look[s->slot] = now + PGQ_STATS_RELOOK_USECS;
 	st = pgstat_fetch_stat_tabentry(s->relid);
 	if (st == NULL || (st->n_live_tuples == 0 && st->n_dead_tuples == 0))
 		return;
@@ -738,7 +734,6 @@ ring_turn(void *arg)
 			rn->waits_noted[s->slot] = false;
 			rn->made_xmin[s->slot] = InvalidTransactionId;
 			rn->truncated[s->slot] = now;
-			rn->stats_look[s->slot] = now + PGQ_STATS_SETTLE_USECS;
 			stats_flush_wanted = true;
 			changed = true;
 		}
