@@ -406,9 +406,12 @@ pgq_cancel(PG_FUNCTION_ARGS)
 	SPI_connect();
 	for (attempt = 0; attempt < PGQ_ADMIN_ATTEMPTS; attempt++)
 	{
-		/* each statement takes a new snapshot under READ COMMITTED */
-		if (SPI_execute_plan(pgq_keep_plan(&plan_cancel_work, cancel_work_sql, 1, &type),
-							 &arg, NULL, false, 0) != SPI_OK_DELETE_RETURNING)
+		/*
+		 * Each statement takes a new snapshot under READ COMMITTED; the job
+		 * row may move to slot 0 while the first waits for a holder.
+		 */
+		if (pgq_execute_moving(pgq_keep_plan(&plan_cancel_work, cancel_work_sql, 1, &type),
+							   &arg, NULL) != SPI_OK_DELETE_RETURNING)
 			elog(ERROR, "cancel failed");
 		if (SPI_processed == 1)
 		{

@@ -659,7 +659,8 @@ pgq_count_try_build(PgqTable *t, void *arg)
  * Lease the locked work_queue rows at tids[0 .. n-1] to c->key and put
  * their jobs into the result set in that order; returns how many.  A row
  * whose job is gone (removed behind the API's back: there is no foreign
- * key) is deleted instead.  Lowers *min_lease to the earliest deadline set.
+ * key; the parent, not only the slots, says so) is deleted instead.
+ * Lowers *min_lease to the earliest deadline set.
  */
 static int
 pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
@@ -698,6 +699,8 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 		id = pgq_get(work, work->found, PGQ_COL_ID, &fnull);
 		if ((job = pgq_find_job(w, id)) == NULL)
 		{
+			/* removed behind the API's back (the parent agrees) */
+			pgq_job_row_missing(id);
 			(void) pgq_delete_found(w, work, NULL, NULL);
 			continue;
 		}

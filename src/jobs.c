@@ -277,7 +277,10 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 
 		/* the job row; missing only if removed behind the API's back */
 		if (!pgq_write_job_row(&w, ids[i], NULL, NULL, NULL, NULL, 0))
+		{
+			pgq_job_row_missing(ids[i]);
 			continue;
+		}
 		job = w.job;
 		pgq_queue_settings(pgq_get(job, job->found, PGQ_COL_QUEUE, &isnull),
 						   w.snapshot, &s);
@@ -397,6 +400,8 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 								 changes, lengthof(changes));
 		if (done)
 			slot = w.job->slot;
+		else
+			pgq_job_row_missing(id);
 	}
 	pgq_write_end(&w);
 

@@ -8,16 +8,22 @@
  *		back whole with TRUNCATE instead of row by row by VACUUM, which a
  *		long snapshot holds back (bench/ROTATION.md).
  *
- * States (pgqueue.slots; a partition without a row there is 'live'):
+ * States (pgqueue.slots):
  *
  *	 current	where new rows go (pushes' job rows, a scheduling pass's
  *				work_queue rows)
  *	 live		may hold rows: calls visit it (claims walk it, acks probe it)
- *	 drained	found empty: calls no longer visit it; truncated when no
- *				snapshot that could see its rows is left (below)
+ *	 drained	found empty: calls under READ COMMITTED no longer visit it;
+ *				truncated when no snapshot that could see its rows is left
+ *				(below)
  *	 free		truncated, empty: the next slot to become current (its
  *				statistics set right once other backends' counts of its
  *				last rows are in: stats_settle)
+ *
+ * A partition without a row in pgqueue.slots is live, and the ring leaves
+ * it so: it was not made by this ring (a restore's, whose rows and states
+ * may still be on their way), so it is never drained, truncated, reused
+ * or retired; a restored pgqueue.slots gives it its state.
  *
  * Slot 0 of queue is its cold slot: once another slot was made current it
  * stays live, never drained.  Jobs with a dedup_key are pushed into it (its
@@ -27,21 +33,57 @@
  * jobs under long leases, which may stay for days and would otherwise keep
  * their slot, and the ring, from turning.  VACUUM keeps slot 0.
  *
- * Only the scheduler changes states (pgq_ring_maintain, before each of its
- * passes), and sends a relcache invalidation of the parent with each
- * change; a call locks the parent before it reads the view, which reads
- * the invalidations committed so far (tables.c, pgq_write_begin).
+ * The rule: how a call learns the ring's state.  Only the scheduler
+ * changes a ring (pgq_ring_maintain before each of its passes, and
+ * pgq_ring_shrink after them, in transactions of its own), and every
+ * change commits with a relcache invalidation of the parent.  A call reads
+ * the ring at each call, not once per transaction: pgq_ring_view reads the
+ * invalidations sent so far (AcceptInvalidationMessages) before it looks
+ * at its cached view.  Taking the lock on the parent would not do: a
+ * transaction that holds it already reads nothing there, and every later
+ * call of that transaction (each try of a blocking claim too) would use
+ * the slots of its first call.  So a transaction that began before a turn
+ * sees the turn at its next call; the rows it wrote before are in a slot
+ * that is still visited (below).  Entry points:
  *
- * Why no row is lost.  Rows are inserted only into the slot a call saw as
- * current, by a transaction that holds ROW EXCLUSIVE on it until it ends,
- * and a slot is truncated only under ACCESS EXCLUSIVE (taken without
- * waiting: calls never visit a drained slot, so only a rare SQL statement
- * on the parent competes for it) after a look, under that lock, finds no
- * row that any transaction could still see as live (SnapshotDirty: rows
- * whose insert or delete is in progress count as live).  A drained slot in
- * which that look finds rows (a push or a pgq_schedule that read the slot
- * as current before the switch, in a transaction that had opened it, and
- * wrote it after it was found empty) becomes live again.
+ *	 push, push_batch (jobs.c) and the scheduling pass (schedule.c) insert
+ *		into the current slot, which pgq_write_begin locks (ROW EXCLUSIVE)
+ *		and then checks against the view read again: a turn committed in
+ *		between makes the call begin again with the new view.  A push with
+ *		a dedup_key inserts into queue's slot 0, never drained.
+ *	 claim (claim.c; each try of a waiting claim is a call of its own)
+ *		walks the slots of its view; the job of a work_queue row taken is
+ *		looked for in the slots of queue, and in those made since the call
+ *		began (pgq_write_refresh_views) when it is not found; a work_queue
+ *		row is deleted only when the parent, read by SQL, has no job row
+ *		either (pgq_job_row_missing): a row "not found" in a view is not
+ *		gone.
+ *	 extend, ack, ack_batch, nack (jobs.c) find rows by primary key the
+ *		same way; a row found moved by the scheduler (an UPDATE of its
+ *		slot: a delete and an insert) is looked for again with a new
+ *		snapshot under READ COMMITTED, and is a serialization failure
+ *		(40001) under REPEATABLE READ and SERIALIZABLE, never a false.
+ *		Once the work_queue row is deleted, a job row that cannot be found
+ *		makes the call fail if the parent has it (nothing is left half
+ *		done).
+ *	 release, cancel, purge, retry, retry_failed, and a claim's steal of
+ *		expired leases are SQL statements on the parents, whose partitions
+ *		the planner reads at each statement; one that meets a row being
+ *		moved fails with 40001, and runs again under READ COMMITTED
+ *		(admin.c, pgq_execute_moving).
+ *	 the archive's upkeep (archive.c) changes only pgqueue.archive.
+ *
+ * Why no row is lost or hidden.  Rows are inserted only into a slot that
+ * the call's view read after the lock names current: the lock is taken
+ * before that view is read again, so the slot cannot have been drained in
+ * between, and the scheduler drains (stops visiting) a live slot only
+ * under SHARE, which no writer of it holds, after finding it empty; from
+ * then on a call that locks it sees it drained and inserts elsewhere.  A
+ * slot is truncated only under ACCESS EXCLUSIVE (taken without waiting)
+ * after a look, under that lock, finds no row that any transaction could
+ * still see as live (SnapshotDirty: rows whose insert or delete is in
+ * progress count as live); should it find one all the same, the slot
+ * becomes live again (logged: it cannot happen).
  *
  * Why no snapshot sees rows vanish (TRUNCATE is not MVCC-safe: a snapshot
  * taken before it that reads the table afterwards finds it empty).  A
@@ -57,7 +99,22 @@
  * ring (the long snapshot that holds VACUUM back) is older than every slot
  * made current after it began, and holds up none of them.  When made_xmin
  * is not known (slot 0, or slots made current before the scheduler
- * started), every backend with a snapshot at D is waited for.
+ * started), every backend with a snapshot at D is waited for.  A hot
+ * standby's snapshots are known only as the oldest xmin it reports with
+ * hot_standby_feedback: a slot is truncated once that is at least the next
+ * xid at D (standby_before).  Such a snapshot, older than the call's view,
+ * may see rows in a drained slot: under REPEATABLE READ and SERIALIZABLE
+ * the view has the drained slots too, so a call finds the rows its
+ * snapshot sees, and a row moved or deleted since is a clean 40001.
+ *
+ * What pg_dump and a restore see.  Slots are made at run time as tables
+ * attached to the parents, not members of the extension: pg_dump dumps
+ * them with their rows and pgqueue.slots with their states.  A free slot
+ * the ring no longer needs is not dropped: pg_dump reads the catalog with
+ * its snapshot and LOCKs each table it dumps by name afterwards, and a
+ * DROP in between fails it.  It is retired (retire.c): detached and made
+ * a member of the extension, which pg_dump neither dumps nor locks, and
+ * dropped once no snapshot from before that is left.
  *
  *-------------------------------------------------------------------------
  */
@@ -67,6 +124,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
@@ -128,6 +186,7 @@ typedef struct RingSlot
 	char		state;
 	TimestampTz since;			/* when it last became current */
 	TimestampTz low;			/* no row has an older created (see view) */
+	bool		has_row;		/* pgqueue.slots has a row of it */
 } RingSlot;
 
 typedef struct Ring
@@ -137,12 +196,17 @@ typedef struct Ring
 	int			current;		/* index in slots[] */
 } Ring;
 
-/* The views of "queue" [0] and "work_queue" [1], until an invalidation. */
+/*
+ * The views of "queue" [0] and "work_queue" [1], until an invalidation:
+ * the slots calls visit under READ COMMITTED (view), and with the drained
+ * ones too, for a transaction snapshot (xact_view; see the rule above).
+ */
 typedef struct RingCache
 {
 	bool		valid;
 	Oid			parent;
 	PgqRingView view;
+	PgqRingView xact_view;
 } RingCache;
 
 static RingCache ring_cache[2];
@@ -162,6 +226,7 @@ typedef struct RingNotes
 	VirtualTransactionId *waits[PGQ_MAX_SLOTS];
 	int			nwaits[PGQ_MAX_SLOTS];
 	bool		waits_noted[PGQ_MAX_SLOTS];
+	TransactionId next_xid[PGQ_MAX_SLOTS];	/* the next xid when noted */
 	TimestampTz truncated[PGQ_MAX_SLOTS];	/* free since; 0: not watched */
 } RingNotes;
 
@@ -222,6 +287,7 @@ ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
 		ring->slots[0].state = SLOT_CURRENT;
 		ring->slots[0].since = DT_NOBEGIN;
 		ring->slots[0].low = DT_NOBEGIN;
+		ring->slots[0].has_row = false;
 		return;
 	}
 
@@ -246,6 +312,7 @@ ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
 		s->state = SLOT_LIVE;
 		s->since = DT_NOBEGIN;
 		s->low = DT_NOBEGIN;
+		s->has_row = false;
 	}
 	table_close(rel, NoLock);
 	if (ring->n == 0)
@@ -280,6 +347,7 @@ ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
 			if (i == ring->n)
 				continue;		/* a row of a slot that is not attached */
 			state = TextDatumGetCString(d[2]);
+			ring->slots[i].has_row = true;
 			ring->slots[i].state = state[0] == 'c' ? SLOT_CURRENT :
 				state[0] == 'd' ? SLOT_DRAINED :
 				state[0] == 'f' ? SLOT_FREE : SLOT_LIVE;
@@ -311,11 +379,43 @@ ring_load(Oid nsp, Oid parent, const char *name, Ring *ring)
 	ring->slots[ring->current].state = SLOT_CURRENT;
 }
 
+/* Append the slots of ring in state state to view v, newest first. */
+static void
+view_add(PgqRingView *v, const Ring *ring, char state)
+{
+	bool		taken[PGQ_MAX_SLOTS];
+	int			i;
+
+	memset(taken, 0, sizeof(taken));
+	for (;;)
+	{
+		int			best = -1;
+
+		for (i = 0; i < ring->n; i++)
+			if (!taken[i] && ring->slots[i].state == state &&
+				(best < 0 || ring->slots[i].since > ring->slots[best].since ||
+				 (ring->slots[i].since == ring->slots[best].since &&
+				  ring->slots[i].slot > ring->slots[best].slot)))
+				best = i;
+		if (best < 0)
+			break;
+		taken[best] = true;
+		v->relid[v->n] = ring->slots[best].relid;
+		v->slot[v->n] = ring->slots[best].slot;
+		v->low[v->n] = ring->slots[best].low;
+		v->since[v->n] = ring->slots[best].since;
+		v->n++;
+	}
+}
+
 /*
- * The slots of pgqueue.name (queue, work_queue) that calls visit: the
- * current one first, then the live ones, newest first.  Locks the parent
- * (ACCESS SHARE, to the end of the transaction) first, which reads the
- * invalidations of the ring's changes committed so far.
+ * The slots of pgqueue.name (queue, work_queue) that a call visits, as the
+ * ring's state committed so far says (the rule above): the current one
+ * first, then the live ones, newest first, and under REPEATABLE READ or
+ * SERIALIZABLE the drained ones after them.  Reads the invalidations sent
+ * so far first, at every call, then locks the parent (ACCESS SHARE, to the
+ * end of the transaction); the view is cached until an invalidation of the
+ * parent.
  */
 void
 pgq_ring_view(Oid nsp, const char *name, PgqRingView *v)
@@ -323,53 +423,41 @@ pgq_ring_view(Oid nsp, const char *name, PgqRingView *v)
 	Oid			parent = pgq_relid(nsp, name);
 	RingCache  *c = &ring_cache[strcmp(name, "work_queue") == 0 ? 1 : 0];
 
-	LockRelationOid(parent, AccessShareLock);
 	if (!ring_cache_registered)
 	{
 		CacheRegisterRelcacheCallback(ring_cache_callback, (Datum) 0);
 		ring_cache_registered = true;
 	}
+
+	/*
+	 * Taking the lock reads the invalidations only when this transaction
+	 * did not hold it yet: a call later in the same transaction would keep
+	 * the view of its first call (a turn it did not see: rows looked for
+	 * in the wrong slots, a push into a slot since freed).
+	 */
+	AcceptInvalidationMessages();
+	LockRelationOid(parent, AccessShareLock);
 	if (!c->valid || c->parent != parent)
 	{
 		Ring		ring;
-		bool		taken[PGQ_MAX_SLOTS];
 		uint64		invals = ring_invals;
-		int			i;
 
 		c->valid = false;
 		c->parent = parent;
 		ring_load(nsp, parent, name, &ring);
-		memset(taken, 0, sizeof(taken));
 		c->view.parent = parent;
 		c->view.n = 1;
 		c->view.relid[0] = ring.slots[ring.current].relid;
 		c->view.slot[0] = ring.slots[ring.current].slot;
 		c->view.low[0] = ring.slots[ring.current].low;
 		c->view.since[0] = ring.slots[ring.current].since;
-		taken[ring.current] = true;
-		for (;;)
-		{
-			int			best = -1;
-
-			for (i = 0; i < ring.n; i++)
-				if (!taken[i] && ring.slots[i].state == SLOT_LIVE &&
-					(best < 0 || ring.slots[i].since > ring.slots[best].since ||
-					 (ring.slots[i].since == ring.slots[best].since &&
-					  ring.slots[i].slot > ring.slots[best].slot)))
-					best = i;
-			if (best < 0)
-				break;
-			taken[best] = true;
-			c->view.relid[c->view.n] = ring.slots[best].relid;
-			c->view.slot[c->view.n] = ring.slots[best].slot;
-			c->view.low[c->view.n] = ring.slots[best].low;
-			c->view.since[c->view.n] = ring.slots[best].since;
-			c->view.n++;
-		}
+		view_add(&c->view, &ring, SLOT_LIVE);
+		c->xact_view = c->view;
+		view_add(&c->xact_view, &ring, SLOT_DRAINED);
 		/* valid unless an invalidation was read while loading */
 		c->valid = (invals == ring_invals);
 	}
-	*v = c->view;
+	*v = IsolationUsesXactSnapshot() ? c->xact_view : c->view;
 }
 
 /* ----------------------------------------------------------------
@@ -453,10 +541,60 @@ note_waits(RingNotes *rn, int32 s)
 			rn->waits[s][n++] = all[i];
 	}
 	rn->nwaits[s] = n;
+	rn->next_xid[s] = ReadNextTransactionId();
 	rn->waits_noted[s] = true;
 }
 
-/* Whether every backend noted for slot s has ended its transaction. */
+/*
+ * Whether a hot standby may hold a snapshot taken before xid was assigned:
+ * the xmin that a standby reports with hot_standby_feedback (held by its
+ * walsender, or by its replication slot, which keeps it while the standby
+ * is away) precedes xid.  The standby's snapshots are not known one by
+ * one, so a slot is truncated only once none that could see its rows is
+ * left there (a snapshot whose xmin is at least the next xid at the drain
+ * sees every delete of its rows committed).  Without hot_standby_feedback
+ * a standby reports nothing: README says what its readers may see.  The
+ * caller is connected to SPI.
+ */
+static bool
+standby_before(TransactionId xid)
+{
+	/* the oldest such xmin, read once per transaction */
+	static LocalTransactionId read_in = InvalidLocalTransactionId;
+	static TransactionId oldest = InvalidTransactionId;
+
+	if (read_in != MyProc->lxid)
+	{
+		uint64		i;
+
+		if (SPI_execute("SELECT backend_xmin FROM pg_catalog.pg_stat_activity"
+						" WHERE backend_type = 'walsender' AND backend_xmin IS NOT NULL"
+						" UNION ALL"
+						" SELECT xmin FROM pg_catalog.pg_replication_slots WHERE xmin IS NOT NULL",
+						true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the standbys' xmin");
+		oldest = InvalidTransactionId;
+		for (i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+			TransactionId x = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[i],
+																  SPI_tuptable->tupdesc, 1,
+																  &isnull));
+
+			if (!isnull && TransactionIdIsNormal(x) &&
+				(!TransactionIdIsValid(oldest) || TransactionIdPrecedes(x, oldest)))
+				oldest = x;
+		}
+		read_in = MyProc->lxid;
+	}
+	return TransactionIdIsValid(oldest) && TransactionIdPrecedes(oldest, xid);
+}
+
+/*
+ * Whether every backend noted for slot s has ended its transaction, and no
+ * standby may still see its rows (standby_before).  The caller is
+ * connected to SPI.
+ */
 static bool
 waits_over(RingNotes *rn, int32 s)
 {
@@ -467,7 +605,7 @@ waits_over(RingNotes *rn, int32 s)
 	for (i = 0; i < rn->nwaits[s]; i++)
 		if (!VirtualXactLock(rn->waits[s][i], false))
 			return false;
-	return true;
+	return !standby_before(rn->next_xid[s]);
 }
 
 /* Record slot s's state in pgqueue.slots (since: now, when it is current). */
@@ -481,9 +619,16 @@ set_state(const char *name, RingSlot *s, char state)
 	args[0] = CStringGetTextDatum(name);
 	args[1] = Int32GetDatum(s->slot);
 	args[2] = CStringGetTextDatum(state_name(state));
+	/*
+	 * A slot's first row says since = -infinity unless it becomes current:
+	 * the slot that stops being current (slot 0 at the first turn) was
+	 * current before the new one (the straggler moves look at which slot
+	 * replaced which).
+	 */
 	if (SPI_execute_plan(pgq_keep_plan(&plan,
-									   "INSERT INTO pgqueue.slots AS s (tbl, slot, state)"
-									   " VALUES ($1, $2, $3)"
+									   "INSERT INTO pgqueue.slots AS s (tbl, slot, state, since)"
+									   " VALUES ($1, $2, $3, CASE WHEN $3 = 'current'"
+									   "   THEN pg_catalog.now() ELSE '-infinity' END)"
 									   " ON CONFLICT (tbl, slot) DO UPDATE"
 									   "   SET state = excluded.state,"
 									   "       since = CASE WHEN excluded.state = 'current'"
@@ -723,7 +868,10 @@ ring_turn(void *arg)
 			}
 			if (slot_rows(s->relid, 0) > 0)
 			{
-				/* written by a call that read it as current: visit it again */
+				/* cannot happen (the rule above); never truncate rows */
+				ereport(LOG,
+						(errmsg("pgqueue: drained slot %d of pgqueue.%s has rows; it is live again",
+								s->slot, name)));
 				set_state(name, s, SLOT_LIVE);
 				changed = true;
 				continue;
@@ -739,11 +887,22 @@ ring_turn(void *arg)
 		}
 		else if (s->state == SLOT_FREE && rn->truncated[s->slot] != 0)
 			stats_settle(rn, s, now);
-		else if (s->state == SLOT_LIVE && slot_rows(s->relid, 0) == 0)
+		else if (s->state == SLOT_LIVE && s->has_row && slot_rows(s->relid, 0) == 0 &&
+				 ConditionalLockRelationOid(s->relid, ShareLock))
 		{
-			set_state(name, s, SLOT_DRAINED);
-			note_waits(rn, s->slot);
-			changed = true;
+			/*
+			 * Found empty again under SHARE, which no writer of the slot
+			 * holds: a call that locks it later sees it drained and
+			 * inserts elsewhere (the rule above).  A slot without a row in
+			 * pgqueue.slots is not one this ring made (a restore's, whose
+			 * rows and states may still be on their way): left live.
+			 */
+			if (slot_rows(s->relid, 0) == 0)
+			{
+				set_state(name, s, SLOT_DRAINED);
+				note_waits(rn, s->slot);
+				changed = true;
+			}
 		}
 	}
 
@@ -951,21 +1110,22 @@ slot_has_stragglers(Ring *ring, RingSlot *s, TimestampTz old)
 }
 
 /*
- * Run a move statement (one int4 parameter, slot) that returns rows,
- * waiting at most PGQ_RING_LOCK_TIMEOUT_MS for a row another transaction
- * writes; its rows are in SPI_tuptable.
+ * Run a move statement, an UPDATE of the parent that sets slot = $1 on the
+ * rows of slot $2 (from) and returns rows, waiting at most
+ * PGQ_RING_LOCK_TIMEOUT_MS for a row another transaction writes; its rows
+ * are in SPI_tuptable.
  */
 static void
-ring_move_rows(const char *sql, int32 slot, int expected, const char *name, int32 from)
+ring_move_rows(const char *sql, int32 to, const char *name, int32 from)
 {
-	Datum		arg = Int32GetDatum(slot);
-	Oid			argtype = INT4OID;
+	Datum		args[2] = {Int32GetDatum(to), Int32GetDatum(from)};
+	Oid			argtypes[2] = {INT4OID, INT4OID};
 	int			nestlevel = NewGUCNestLevel();
 
 	(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
-	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 0) != expected)
+	if (SPI_execute_with_args(sql, 2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not move the rows of slot %d of pgqueue.%s", from, name);
 	AtEOXact_GUC(true, nestlevel);
 	if (SPI_processed > 0)
@@ -979,13 +1139,16 @@ ring_move_rows(const char *sql, int32 slot, int expected, const char *name, int3
  * whose workers stopped) would keep it from ever draining, and the ring
  * would grow.  The few rows left in a live slot that stopped being
  * current (another slot became current after it) more than
- * PGQ_MOVE_AGE_USECS ago are moved to the current slot: deleted and
- * inserted again with the same values (id, lease, tries, version), in one
- * statement that locks each row (waiting at most PGQ_RING_LOCK_TIMEOUT_MS
- * for a row another transaction writes).  An ack, extend or nack that
- * finds its row deleted looks for it again (tables.c, pgq_write_work);
- * a claim that meets a row being moved skips it.  The rows keep their
- * keys, so the scan bounds are lowered to them at commit (bounds.c).
+ * PGQ_MOVE_AGE_USECS ago are moved to the current slot by an UPDATE of
+ * their slot through the parent, which PostgreSQL carries out as a delete
+ * and an insert with the same values (id, lease, tries, version), locking
+ * each row (waiting at most PGQ_RING_LOCK_TIMEOUT_MS for a row another
+ * transaction writes).  An ack, extend or nack that finds its row moved
+ * looks for it again (tables.c, pgq_write_work); a claim that meets a row
+ * being moved skips it; a statement on the parent that meets it fails
+ * with 40001, which pgq_execute_moving retries under READ COMMITTED.  The
+ * rows keep their keys, so the scan bounds are lowered to them at commit
+ * (bounds.c).
  */
 static void
 ring_move(void *arg)
@@ -1007,15 +1170,9 @@ ring_move(void *arg)
 
 		if (!slot_has_stragglers(&ring, s, old))
 			continue;
-		ring_move_rows(psprintf("WITH m AS (DELETE FROM pgqueue.%s RETURNING *)"
-								" INSERT INTO pgqueue.%s (id, queue, created, version, batch_order,"
-								"   started, lock_key, lock_timeout, tries, slot)"
-								" SELECT id, queue, created, version, batch_order,"
-								"   started, lock_key, lock_timeout, tries, $1 FROM m"
-								" RETURNING created, lock_timeout",
-								quote_identifier(get_rel_name(s->relid)),
-								quote_identifier(get_rel_name(cur->relid))),
-					   cur->slot, SPI_OK_INSERT_RETURNING, "work_queue", s->slot);
+		ring_move_rows("UPDATE pgqueue.work_queue w SET slot = $1 WHERE w.slot = $2"
+					   " RETURNING w.created, w.lock_timeout",
+					   cur->slot, "work_queue", s->slot);
 		for (j = 0; j < SPI_processed; j++)
 		{
 			bool		cnull;
@@ -1092,10 +1249,10 @@ ring_move_jobs(void *arg)
 
 		if (s->slot == 0 || !slot_has_stragglers(&ring, s, old))
 			continue;
-		ring_move_rows("UPDATE pgqueue.queue q SET slot = 0 WHERE q.slot = $1"
+		ring_move_rows("UPDATE pgqueue.queue q SET slot = $1 WHERE q.slot = $2"
 					   " RETURNING q.queue, q.state IN ('pending', 'retry'),"
 					   "   -(q.priority::bigint), q.run_after",
-					   s->slot, SPI_OK_UPDATE_RETURNING, "queue", s->slot);
+					   0, "queue", s->slot);
 		for (j = 0; j < SPI_processed; j++)
 		{
 			HeapTuple	tup = SPI_tuptable->vals[j];
@@ -1159,4 +1316,7 @@ pgq_ring_maintain(void)
 		pgq_upkeep_try(ring_move_jobs, NULL, "move the rows left in old slots of pgqueue.queue",
 					   "The scheduler tries again before its next pass.");
 	}
+
+	/* the pass that follows in this transaction sees the rings as left */
+	CommandCounterIncrement();
 }

@@ -47,6 +47,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
+#include "utils/memutils.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -105,6 +106,7 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
 	t->pkey = index_open(RelationGetPrimaryKeyIndex(t->rel), lockmode);
 
+	exec_rt_fetch(rti, w->estate)->relid = relid;
 	t->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(t->rri, t->rel, rti, NULL, 0);
 	t->indexes_open = false;	/* pgq_table_indexes: deletes need none */
@@ -136,6 +138,67 @@ pgq_table_close(PgqTable *t)
 }
 
 /*
+ * The RTE of w's range table for slot i of work_queue's view (queue's: i +
+ * PGQ_MAX_SLOTS): fixed, so that slots added to the views by
+ * pgq_write_refresh_views get theirs.
+ */
+#define PGQ_WORK_RTI(i) ((Index) (i) + 1)
+#define PGQ_JOB_RTI(i) ((Index) (i) + PGQ_MAX_SLOTS + 1)
+
+/*
+ * The range table of a call: work_queue's slots, then queue's, at fixed
+ * places (PGQ_WORK_RTI, PGQ_JOB_RTI), telling which columns an update
+ * changes (pgq_write_changes); each RTE gets its relation when its slot
+ * is opened.  Made once per backend and reset for each call (the executor
+ * state only points to it).
+ */
+static List *
+pgq_write_rtable(void)
+{
+	static List *rtable = NIL;
+	ListCell   *lc;
+
+	if (rtable == NIL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		int			i;
+
+		for (i = 0; i < 2 * PGQ_MAX_SLOTS; i++)
+		{
+			RangeTblEntry *rte = makeNode(RangeTblEntry);
+
+			rte->rtekind = RTE_RELATION;
+			rte->relkind = RELKIND_RELATION;
+			rte->rellockmode = RowExclusiveLock;
+			rtable = lappend(rtable, rte);
+		}
+		MemoryContextSwitchTo(old);
+	}
+	foreach(lc, rtable)
+	{
+		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
+
+		rte->relid = InvalidOid;
+		rte->updatedCols = NULL;	/* a call's own, freed with it */
+	}
+	return rtable;
+}
+
+/* Close the tables w opened and free its executor state. */
+static void
+pgq_write_close(PgqWrite *w)
+{
+	int			i;
+
+	for (i = 0; i < w->works_view.n; i++)
+		pgq_table_close(&w->works[i]);
+	for (i = 0; i < w->jobs_view.n; i++)
+		pgq_table_close(&w->jobs[i]);
+	ExecResetTupleTable(w->estate->es_tupleTable, false);
+	FreeExecutorState(w->estate);
+}
+
+/*
  * Begin a call that writes pgqueue's tables: fn names the SQL function (for
  * the read-only error); open (PGQ_OPEN_WORK, PGQ_OPEN_JOB) says which
  * tables to open now: work_queue's current slot, queue's.  Other slots of
@@ -144,60 +207,69 @@ pgq_table_close(PgqTable *t)
  * Tables are opened ROW EXCLUSIVE, so an ALTER EXTENSION ... UPDATE in
  * progress is waited for and its layout seen.
  *
- * The parents are locked (ACCESS SHARE) before the slots are read: taking
- * the lock reads the invalidations sent by the ring's changes committed so
- * far (ring.c), so the call sees every slot that was current before it
- * began.
+ * The views are read at every call (ring.c: the invalidations sent so far
+ * are read first), and read again once the current slots are locked: a
+ * slot the scheduler stopped using in between (a turn, or one drained and
+ * truncated, which it does under a lock that conflicts with ours) is not
+ * written, the call begins again with the new views.  So a row is only
+ * ever inserted into a slot that calls visit (ring.c, the rule).
  */
 void
 pgq_write_begin(PgqWrite *w, const char *fn, int open)
 {
 	Oid			nsp;
-	List	   *rtable = NIL;
-	int			i;
+	int			attempt;
 
 	PreventCommandIfReadOnly(fn);
 	PreventCommandIfParallelMode(fn);
-
-	memset(w, 0, offsetof(PgqWrite, works));
-	w->work = NULL;
-	w->job = NULL;
-	w->row_gone = false;
 	nsp = get_namespace_oid("pgqueue", false);
-	pgq_ring_view(nsp, "work_queue", &w->works_view);
-	pgq_ring_view(nsp, "queue", &w->jobs_view);
-	for (i = 0; i < w->works_view.n; i++)
-		w->works[i].is_open = false;
-	for (i = 0; i < w->jobs_view.n; i++)
-		w->jobs[i].is_open = false;
 
-	/*
-	 * The range table (1 .. n work_queue's slots, then queue's) tells which
-	 * columns change.
-	 */
-	w->estate = CreateExecutorState();
-	for (i = 0; i < w->works_view.n + w->jobs_view.n; i++)
+	for (attempt = 0;; attempt++)
 	{
-		RangeTblEntry *rte = makeNode(RangeTblEntry);
+		PgqRingView again;
+		bool		moved = false;
+		int			i;
 
-		rte->rtekind = RTE_RELATION;
-		rte->relid = i < w->works_view.n ? w->works_view.relid[i] :
-			w->jobs_view.relid[i - w->works_view.n];
-		rte->relkind = RELKIND_RELATION;
-		rte->rellockmode = RowExclusiveLock;
-		rtable = lappend(rtable, rte);
-	}
-	ExecInitRangeTable(w->estate, rtable);
+		memset(w, 0, offsetof(PgqWrite, works));
+		w->work = NULL;
+		w->job = NULL;
+		w->row_gone = false;
+		pgq_ring_view(nsp, "work_queue", &w->works_view);
+		pgq_ring_view(nsp, "queue", &w->jobs_view);
+		for (i = 0; i < PGQ_MAX_SLOTS; i++)
+		{
+			w->works[i].is_open = false;
+			w->jobs[i].is_open = false;
+		}
 
-	w->layout = PGQ_V11;
-	if (open & PGQ_OPEN_WORK)
-	{
-		w->work = pgq_work_slot(w, 0);
-		if (w->work->att[PGQ_COL_TRIES] == InvalidAttrNumber)
-			w->layout = PGQ_V10;
+		w->estate = CreateExecutorState();
+		ExecInitRangeTable(w->estate, pgq_write_rtable());
+
+		w->layout = PGQ_V11;
+		if (open & PGQ_OPEN_WORK)
+		{
+			w->work = pgq_work_slot(w, 0);
+			if (w->work->att[PGQ_COL_TRIES] == InvalidAttrNumber)
+				w->layout = PGQ_V10;
+			pgq_ring_view(nsp, "work_queue", &again);
+			moved |= again.relid[0] != w->works_view.relid[0];
+		}
+		if (open & PGQ_OPEN_JOB)
+		{
+			(void) pgq_write_job(w);
+			pgq_ring_view(nsp, "queue", &again);
+			moved |= again.relid[0] != w->jobs_view.relid[0];
+		}
+		if (!moved)
+			break;
+		/* the ring turned meanwhile: begin again with the new views */
+		pgq_write_close(w);
+		if (attempt == 10)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not begin %s: the slots of pgqueue's tables kept changing", fn),
+					 errhint("Retry the transaction.")));
 	}
-	if (open & PGQ_OPEN_JOB)
-		(void) pgq_write_job(w);
 
 	/* what a new statement would see: the transaction's changes so far */
 	CommandCounterIncrement();
@@ -205,6 +277,53 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 	w->snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	w->estate->es_snapshot = w->snapshot;
 	w->estate->es_output_cid = w->cid;
+}
+
+/*
+ * Add to w's views the slots the ring's state now has that they lack (a
+ * turn, or a slot made, since the call began; ring.c).  The slots w has
+ * keep their places, so walks and opened tables stay valid.  Returns how
+ * many were added: a row not found, or found moved, is looked for again
+ * in them (pgq_find_in, pgq_write_row).
+ */
+static int
+pgq_write_refresh_views(PgqWrite *w)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+	PgqRingView *have[2] = {&w->works_view, &w->jobs_view};
+	const char *const names[2] = {"work_queue", "queue"};
+	int			added = 0;
+	int			r;
+
+	for (r = 0; r < 2; r++)
+	{
+		PgqRingView now;
+		int			i;
+		int			j;
+
+		pgq_ring_view(nsp, names[r], &now);
+		for (i = 0; i < now.n; i++)
+		{
+			PgqRingView *v = have[r];
+
+			for (j = 0; j < v->n && v->relid[j] != now.relid[i]; j++)
+				;
+			if (j < v->n)
+				continue;
+			if (v->n == PGQ_MAX_SLOTS)
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("the slots of pgqueue.%s changed too much during the call", names[r]),
+						 errhint("Retry the transaction.")));
+			v->relid[v->n] = now.relid[i];
+			v->slot[v->n] = now.slot[i];
+			v->low[v->n] = now.low[i];
+			v->since[v->n] = now.since[i];
+			v->n++;
+			added++;
+		}
+	}
+	return added;
 }
 
 /*
@@ -219,7 +338,7 @@ pgq_work_slot(PgqWrite *w, int i)
 	Assert(i < w->works_view.n);
 	if (!t->is_open)
 	{
-		pgq_table_open(w, t, w->works_view.relid[i], i + 1, RowExclusiveLock);
+		pgq_table_open(w, t, w->works_view.relid[i], PGQ_WORK_RTI(i), RowExclusiveLock);
 		t->slot = w->works_view.slot[i];
 	}
 	return t;
@@ -234,8 +353,7 @@ pgq_job_slot(PgqWrite *w, int i)
 	Assert(i < w->jobs_view.n);
 	if (!t->is_open)
 	{
-		pgq_table_open(w, t, w->jobs_view.relid[i], w->works_view.n + i + 1,
-					   RowExclusiveLock);
+		pgq_table_open(w, t, w->jobs_view.relid[i], PGQ_JOB_RTI(i), RowExclusiveLock);
 		t->slot = w->jobs_view.slot[i];
 	}
 	return t;
@@ -259,8 +377,10 @@ pgq_work_slot_used(PgqTable *t)
 /*
  * Probe the primary keys of the slots of view v (their tables opened by
  * open) for the row of job id: slot hint (an index in v, or -1) first,
- * then the others in v's order.  Returns the slot's table, the row in its
- * found slot, or NULL.
+ * then the others in v's order, then the slots the ring has made since
+ * the call read its views (pgq_write_refresh_views: a row not found in a
+ * view that is out of date is not gone).  Returns the slot's table, the
+ * row in its found slot, or NULL.
  */
 static PgqTable *
 pgq_find_in(PgqWrite *w, PgqRingView *v, PgqTable *(*open) (PgqWrite *, int),
@@ -268,10 +388,12 @@ pgq_find_in(PgqWrite *w, PgqRingView *v, PgqTable *(*open) (PgqWrite *, int),
 {
 	int			i;
 
-	for (i = -1; i < v->n; i++)
+	for (i = -1;; i++)
 	{
 		PgqTable   *t;
 
+		if (i == v->n && pgq_write_refresh_views(w) == 0)
+			break;
 		if (i == hint || (i < 0 && hint < 0))
 			continue;			/* the hint is probed first, once */
 		t = open(w, i < 0 ? hint : i);
@@ -371,8 +493,16 @@ pgq_write_row(PgqWrite *w, Datum id, PgqTable *(*find) (PgqWrite *, Datum),
 			pgq_write_changes(w, t, changes, nchanges);
 			done = pgq_update_found(w, t, check, build, arg);
 		}
-		if (done || !w->row_gone || attempt == 3)
+		if (done || !w->row_gone)
 			return done;
+		if (attempt == 3)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not write the row of job %s: it kept moving between slots",
+							DatumGetCString(DirectFunctionCall1(uuid_out, id))),
+					 errhint("Retry the transaction.")));
+		/* moved meanwhile (ring.c), maybe to a slot made after the call began */
+		(void) pgq_write_refresh_views(w);
 		pgq_write_new_snapshot(w);
 	}
 }
@@ -391,6 +521,39 @@ pgq_write_job_row(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
 				  void *arg, const PgqCol *changes, int nchanges)
 {
 	return pgq_write_row(w, id, pgq_find_job, check, build, arg, changes, nchanges);
+}
+
+/*
+ * A call holds the work_queue row of job id (locked, or deleted) and did
+ * not find the job row in the slots of pgqueue.queue, those made since
+ * the call began included.  The lock order (work_queue row first) keeps
+ * every other API call from removing the job meanwhile, so it was removed
+ * behind the API's back, and the caller may go on as for a job that is
+ * gone (a claim deletes the orphan work_queue row).  Unless the parent,
+ * read by SQL (every partition the catalog has, not the slots of a view),
+ * still has it: then the call fails, rather than take a job for gone on
+ * the word of its slots and leave it scheduled without a work_queue row.
+ */
+void
+pgq_job_row_missing(Datum id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			type = UUIDOID;
+	int			nest = pgq_spi_connect();
+	bool		found;
+
+	if (SPI_execute_plan(pgq_keep_plan(&plan, "SELECT 1 FROM pgqueue.queue q WHERE q.id = $1",
+									   1, &type),
+						 &id, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "lookup of a job in pgqueue.queue failed");
+	found = (SPI_processed > 0);
+	pgq_spi_finish(nest);
+	if (found)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("job %s was not found in the slots of pgqueue.queue",
+						DatumGetCString(DirectFunctionCall1(uuid_out, id))),
+				 errhint("Retry the transaction; report it if it happens again.")));
 }
 
 /*
@@ -419,15 +582,8 @@ pgq_write_job(PgqWrite *w)
 void
 pgq_write_end(PgqWrite *w)
 {
-	int			i;
-
-	for (i = 0; i < w->works_view.n; i++)
-		pgq_table_close(&w->works[i]);
-	for (i = 0; i < w->jobs_view.n; i++)
-		pgq_table_close(&w->jobs[i]);
-	ExecResetTupleTable(w->estate->es_tupleTable, false);
+	pgq_write_close(w);
 	UnregisterSnapshot(w->snapshot);
-	FreeExecutorState(w->estate);
 }
 
 /*
