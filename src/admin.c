@@ -29,6 +29,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
@@ -42,6 +43,9 @@ PG_FUNCTION_INFO_V1(pgq_retry_failed);
 PG_FUNCTION_INFO_V1(pgq_cancel);
 PG_FUNCTION_INFO_V1(pgq_purge);
 PG_FUNCTION_INFO_V1(pgq_push_periodic);
+
+/* How long a step of the upkeep waits for a lock, at most (pgq_upkeep_try). */
+#define PGQ_UPKEEP_LOCK_TIMEOUT_MS "100"
 
 /* How often a statement goes round again after losing a race. */
 #define PGQ_ADMIN_ATTEMPTS 10
@@ -126,16 +130,25 @@ pgq_subxact(void (*fn) (void *), void *arg, int catch_code)
 }
 
 /*
- * Run a step of a background upkeep (the archive's partitions, the ring of
- * work_queue's slots) in a subtransaction: an error is reported as a
- * WARNING, or at DEBUG1 for a lock not obtained in time or a serialization
- * failure (the next try does not meet them), with hint, and rolled back;
- * the caller goes on.  A query cancel is thrown on.
+ * Run a step of a background upkeep (the archive's partitions, the rings
+ * of slots) in a subtransaction, waiting at most PGQ_UPKEEP_LOCK_TIMEOUT_MS
+ * for any lock (lock_timeout: relations, rows, the catalog alike), so that
+ * the scheduler never stalls behind a session that holds one: an error is
+ * reported as a WARNING, or at DEBUG1 for a lock not obtained in time or
+ * a serialization failure (the next try does not meet them), with hint,
+ * and rolled back; the caller goes on.  A query cancel is thrown on.
  */
 void
 pgq_upkeep_try(void (*fn) (void *), void *arg, const char *what, const char *hint)
 {
-	ErrorData  *edata = pgq_subxact(fn, arg, 0);
+	int			nest = NewGUCNestLevel();
+	ErrorData  *edata;
+
+	(void) set_config_option("lock_timeout", PGQ_UPKEEP_LOCK_TIMEOUT_MS,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	edata = pgq_subxact(fn, arg, 0);
+	AtEOXact_GUC(true, nest);
 
 	if (edata == NULL)
 		return;

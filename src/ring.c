@@ -167,8 +167,6 @@ int			pgqueue_slot_size_kb = 1024;
  */
 #define PGQ_STATS_SETTLE_USECS (1500 * 1000)
 #define PGQ_STATS_WATCH_USECS (15 * 1000 * 1000)
-/* How long its DDL (a new slot's ATTACH) waits for its lock, at most. */
-#define PGQ_RING_LOCK_TIMEOUT_MS "100"
 
 typedef enum SlotState
 {
@@ -649,19 +647,6 @@ ring_ddl(const char *sql)
 		elog(ERROR, "could not run \"%s\"", sql);
 }
 
-/* The same, waiting at most PGQ_RING_LOCK_TIMEOUT_MS for a lock. */
-static void
-ring_ddl_waiting(const char *sql)
-{
-	int			nestlevel = NewGUCNestLevel();
-
-	(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-							 true, 0, false);
-	ring_ddl(sql);
-	AtEOXact_GUC(true, nestlevel);
-}
-
 /*
  * Make slot s of ring r: a table like the parent with its own primary key
  * and indexes, named after it as pgqueue--1.1.sql names slot 0's (a slot
@@ -704,7 +689,7 @@ make_slot(Oid nsp, int r, int32 s)
 		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue) WHERE state = 'failed'",
 						  quote_identifier(psprintf("%s_failed_idx", t)), qt));
 	}
-	ring_ddl_waiting(psprintf("ALTER TABLE pgqueue.%s ATTACH PARTITION pgqueue.%s"
+	ring_ddl(psprintf("ALTER TABLE pgqueue.%s ATTACH PARTITION pgqueue.%s"
 							  " FOR VALUES IN (%d)", parent, qt, s));
 	return get_relname_relid(t, nsp);
 }
@@ -1033,7 +1018,7 @@ ring_shrink(void *arg)
 		if (!ConditionalLockRelationOid(s->relid, AccessExclusiveLock) ||
 			slot_rows(s->relid, 0) > 0)
 			continue;
-		ring_ddl_waiting(psprintf("DROP TABLE pgqueue.%s",
+		ring_ddl(psprintf("DROP TABLE pgqueue.%s",
 								  quote_identifier(get_rel_name(s->relid))));
 		args[0] = CStringGetTextDatum(name);
 		args[1] = Int32GetDatum(s->slot);
@@ -1111,23 +1096,18 @@ slot_has_stragglers(Ring *ring, RingSlot *s, TimestampTz old)
 
 /*
  * Run a move statement, an UPDATE of the parent that sets slot = $1 on the
- * rows of slot $2 (from) and returns rows, waiting at most
- * PGQ_RING_LOCK_TIMEOUT_MS for a row another transaction writes; its rows
- * are in SPI_tuptable.
+ * rows of slot $2 (from) and returns rows (waiting for a row another
+ * transaction writes no longer than pgq_upkeep_try lets it); its rows are
+ * in SPI_tuptable.
  */
 static void
 ring_move_rows(const char *sql, int32 to, const char *name, int32 from)
 {
 	Datum		args[2] = {Int32GetDatum(to), Int32GetDatum(from)};
 	Oid			argtypes[2] = {INT4OID, INT4OID};
-	int			nestlevel = NewGUCNestLevel();
 
-	(void) set_config_option("lock_timeout", PGQ_RING_LOCK_TIMEOUT_MS,
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-							 true, 0, false);
 	if (SPI_execute_with_args(sql, 2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not move the rows of slot %d of pgqueue.%s", from, name);
-	AtEOXact_GUC(true, nestlevel);
 	if (SPI_processed > 0)
 		ereport(DEBUG1,
 				(errmsg_internal("moved %d rows of slot %d of pgqueue.%s",
@@ -1142,8 +1122,8 @@ ring_move_rows(const char *sql, int32 to, const char *name, int32 from)
  * PGQ_MOVE_AGE_USECS ago are moved to the current slot by an UPDATE of
  * their slot through the parent, which PostgreSQL carries out as a delete
  * and an insert with the same values (id, lease, tries, version), locking
- * each row (waiting at most PGQ_RING_LOCK_TIMEOUT_MS for a row another
- * transaction writes).  An ack, extend or nack that finds its row moved
+ * each row (waiting a moment at most for a row another transaction
+ * writes: pgq_upkeep_try).  An ack, extend or nack that finds its row moved
  * looks for it again (tables.c, pgq_write_work); a claim that meets a row
  * being moved skips it; a statement on the parent that meets it fails
  * with 40001, which pgq_execute_moving retries under READ COMMITTED.  The
