@@ -408,6 +408,7 @@ extern void pgq_archive_spi_rows(SPITupleTable *tab, uint64 n, int col,
 								 PgqOutcome outcome);
 extern Oid	pgq_archive_cover(TimestampTz expires);
 extern void pgq_archive_prepare(int64 retention_usecs);
+extern bool pgq_archive_maintain_wanted(void);
 extern void pgq_archive_maintain(void);
 
 /*

@@ -1308,7 +1308,11 @@ pgq_schedule(PG_FUNCTION_ARGS)
 	int			max_items = pgq_max_items_arg(fcinfo, 0);
 	int			moved;
 
-	pgq_archive_maintain();		/* also without the scheduler (archive.c) */
+	/* also without the scheduler (archive.c, retire.c) */
+	if (pgq_archive_maintain_wanted())
+		pgq_archive_maintain();
+	if (pgq_retired_drop_wanted())
+		pgq_retired_drop();
 	moved = pgq_schedule_pass(max_items);
 
 	pgq_count_now(PGQ_PASSES, 1);
