@@ -146,7 +146,8 @@ SELECT indexed FROM parts WHERE now() + interval '10 days' >= lo AND now() + int
 -- pgqueue names (archive_...): detached and made members of the extension
 -- (pg_dump leaves them out), then dropped by a later run once no snapshot
 -- from before is left (src/retire.c).  pgq_schedule runs it (once a minute
--- per session; a new session at its first call).
+-- per session; a new session at its first call) when no scheduler does
+-- (here pgqueue.enabled is off), and only outside a transaction block.
 --
 CREATE TABLE pgqueue.archive_20200101 PARTITION OF pgqueue.archive
   FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00');
@@ -159,6 +160,11 @@ SELECT count(*) FILTER (WHERE hi <= now()) AS past FROM parts;
 SELECT count(*) FILTER (WHERE hi > now()) AS future FROM parts \gset
 SELECT count(*) AS rows_before FROM pgqueue.archive;
 \c
+-- in a transaction block: no upkeep (its locks would last to the commit)
+BEGIN;
+SELECT pgq_schedule();
+SELECT count(*) FILTER (WHERE hi <= now()) AS past FROM parts;
+COMMIT;
 SELECT pgq_schedule();
 SELECT count(*) FILTER (WHERE hi <= now()) AS past,
        count(*) FILTER (WHERE hi > now()) = :future AS future_kept

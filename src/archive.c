@@ -31,10 +31,10 @@
  * and on each partition too.  The upkeep waits at most
  * PGQ_ARCHIVE_LOCK_TIMEOUT_MS for a lock on the archive, so that writes
  * queue behind it for no longer than that, and not at all for a
- * partition: one in use (a reader, a pg_dump) is left for a later run.
- * The scheduler runs it in a transaction of its own, so that ACCESS
- * EXCLUSIVE is held for a moment only; pgq_schedule runs it in the
- * caller's transaction.
+ * partition: one in use (a reader, a pg_dump) is left for a later run.  It
+ * runs in a transaction that ends with it: the scheduler's own, or the
+ * statement of a user's pgq_schedule outside a transaction block (see
+ * pgq_schedule), so that ACCESS EXCLUSIVE is held for a moment only.
  *
  *-------------------------------------------------------------------------
  */
@@ -552,10 +552,11 @@ pgq_archive_maintain_wanted(void)
  * Only for 1.1 databases.  Waits at most PGQ_ARCHIVE_LOCK_TIMEOUT_MS for
  * each lock on pgqueue.archive, and not at all for a partition's.  Never
  * raises an error of its own (each step runs in a subtransaction).  The
- * scheduler runs it in a transaction of its own after its pass, so that
- * ACCESS EXCLUSIVE on the archive is held for a moment only; pgq_schedule
- * in the caller's transaction.  In a database where the extension is
- * installed.
+ * caller runs it in a transaction that ends with it, so that ACCESS
+ * EXCLUSIVE on the archive is held for a moment only: the scheduler in a
+ * transaction of its own after its pass, a user's pgq_schedule only
+ * outside a transaction block (see pgq_schedule); in a database where the
+ * extension is installed.
  */
 void
 pgq_archive_maintain(void)

@@ -162,6 +162,7 @@ extern void pgq_shmem_install_hooks(void);
 extern void pgq_scheduler_attach(int dbindex);
 extern bool pgq_scheduler_register(int dbindex);
 extern pid_t pgq_scheduler_running(int dbindex);
+extern bool pgq_scheduler_attached(void);
 
 /* publish.c */
 extern void pgq_xact_callbacks_register(void);

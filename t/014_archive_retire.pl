@@ -1,4 +1,4 @@
-# The removal of expired archive partitions (issue 29, defects 10 and 11):
+# The removal of expired archive partitions (issue 29, defects 10-12):
 # the scheduler retires them (DETACH, then a member of the extension, which
 # pg_dump neither dumps nor locks) in a transaction of its own, without
 # waiting for a session that uses one, and drops a retired table once no
@@ -13,6 +13,9 @@
 #   pg_dump in a loop while partitions are retired and dropped; a retired
 #   table stays until the snapshots from before its retirement are gone,
 #   and is dropped then;
+# - (12) a user's pgq_schedule() in an open transaction does not make acks
+#   on a queue with a retention wait: with a scheduler running it runs no
+#   upkeep of the archive.
 #
 # The upkeep runs once a minute; a restart of the scheduler makes it run
 # at once (after the new scheduler's first pass).  A defect shows as a
@@ -246,6 +249,23 @@ ok($dumps >= $rounds, "(11) pg_dump ran $dumps times in a loop meanwhile");
 is($dump_failures, 0, '(11) and never failed');
 is($loop_err, '', '(11) nor said anything');
 
+# --- (12) a user's pgq_schedule() in an open transaction ---------------------
+restart_scheduler($node);
+my $job2 = claimed_job('w2');
+expired_partition($node, 'archive_20200105', '2020-01-05');
+my $user = $node->background_psql('postgres');
+$user->query_safe('BEGIN');
+is($user->query_safe('SELECT pgq_schedule() >= 0'), 't',
+	"(12) a user calls pgq_schedule() in a transaction left open");
+ok(ack_within($job2, 'w2', 5),
+	'(12) an ack on a queue with a retention completes meanwhile');
+is(q1(attached_sql('archive_20200105')), 't',
+	"(12) the user's call left the archive's upkeep to the scheduler");
+$user->query_safe('COMMIT');
+$user->quit;
+kick_scheduler();
+ok(within(10, gone_sql('archive_20200105')), '(12) which removes the partition');
+
 # --- what is left --------------------------------------------------------------
 is( q1(q{
 SELECT count(*) FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
@@ -254,7 +274,7 @@ SELECT count(*) FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
    AND c.relname ~ '^archive_'}),
 	'0', 'no retired table is left');
 is( q1(q{SELECT count(*) FROM pgqueue.archive WHERE queue = 'r'}),
-	'1', 'the archive kept the rows that have not expired');
+	'2', 'the archive kept the rows that have not expired');
 is(log_count($node, pgq_failure_re(), $log_offset), 0,
 	'the scheduler logged no failure');
 
