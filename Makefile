@@ -9,6 +9,7 @@ OBJS = \
 	src/jobs.o \
 	src/schedule.o \
 	src/ring.o \
+	src/retire.o \
 	src/worker.o \
 	src/launcher.o \
 	src/shmem.o \

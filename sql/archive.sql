@@ -1,7 +1,7 @@
 --
 -- pgqueue.archive: finished jobs of the queues with a retention, written in
 -- the transaction of the ack, cancel or purge that finishes them, into
--- partitions by day of expiry that the upkeep drops once past.
+-- partitions by day of expiry that the upkeep retires once past (and drops later).
 --
 TRUNCATE pgqueue.queue, pgqueue.work_queue, pgqueue.archive;
 DELETE FROM pgqueue.queues;
@@ -142,9 +142,12 @@ SELECT n, in_its_day FROM archived WHERE n = 'made its day';
 SELECT indexed FROM parts WHERE now() + interval '10 days' >= lo AND now() + interval '10 days' < hi;
 
 --
--- The upkeep drops the partitions whose days have passed, and only those:
--- pgq_schedule runs it (once a minute per session; a new session runs it
--- at its first pass).  Also a partition not made by pgqueue, by its bounds.
+-- The upkeep retires the partitions whose days have passed, and only those
+-- pgqueue names (archive_...): detached and made members of the extension
+-- (pg_dump leaves them out), then dropped by a later run once no snapshot
+-- from before is left (src/retire.c).  pgq_schedule runs it (once a minute
+-- per session; a new session at its first call) when no scheduler does
+-- (here pgqueue.enabled is off), and only outside a transaction block.
 --
 CREATE TABLE pgqueue.archive_20200101 PARTITION OF pgqueue.archive
   FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00');
@@ -157,12 +160,33 @@ SELECT count(*) FILTER (WHERE hi <= now()) AS past FROM parts;
 SELECT count(*) FILTER (WHERE hi > now()) AS future FROM parts \gset
 SELECT count(*) AS rows_before FROM pgqueue.archive;
 \c
+-- in a transaction block: no upkeep (its locks would last to the commit)
+BEGIN;
+SELECT pgq_schedule();
+SELECT count(*) FILTER (WHERE hi <= now()) AS past FROM parts;
+COMMIT;
 SELECT pgq_schedule();
 SELECT count(*) FILTER (WHERE hi <= now()) AS past,
        count(*) FILTER (WHERE hi > now()) = :future AS future_kept
   FROM parts;
 SELECT count(*) AS rows_after FROM pgqueue.archive;
-SELECT to_regclass('pgqueue.archive_20200101') AS dropped, to_regclass('pgqueue.old_by_hand') AS dropped_too;
+-- retired, not dropped yet (pgq_schedule retired it in its own transaction)
+SELECT c.relispartition AS partition, d.deptype AS member
+  FROM pg_class c
+  LEFT JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                       AND d.refclassid = 'pg_extension'::regclass
+ WHERE c.oid = 'pgqueue.archive_20200101'::regclass;
+-- dropped by a later call (retried every second while retired tables wait)
+DO $$
+BEGIN
+    FOR i IN 1 .. 100 LOOP
+        PERFORM pgq_schedule();
+        EXIT WHEN to_regclass('pgqueue.archive_20200101') IS NULL;
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+END
+$$;
+SELECT to_regclass('pgqueue.archive_20200101') AS dropped, to_regclass('pgqueue.old_by_hand') AS not_ours_kept;
 -- and keeps the days the retentions in use need over the next day
 SELECT covered(now() + interval '10 days') AS ten_days,
        covered(now() + interval '11 days') AS eleven_days;

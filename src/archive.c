@@ -18,12 +18,23 @@
  * (nothing ran maintenance for a day) makes it itself (pgq_archive_cover),
  * so that an ack never fails for want of a partition.
  *
+ * An expired partition is not dropped at once: a pg_dump that read the
+ * partitions with its snapshot and has yet to lock it by name would fail.
+ * It is retired (detached and made a member of the extension, which
+ * pg_dump skips) and dropped once no snapshot from before that is left
+ * (retire.c).  Only the partitions that pgqueue names (archive_...) are
+ * retired: retire.c drops retired tables of such names only.
+ *
  * Locks on pgqueue.archive: writes take ROW EXCLUSIVE; making a partition
  * takes SHARE UPDATE EXCLUSIVE (CREATE TABLE, then ATTACH PARTITION, which
- * waits for no write); dropping expired partitions needs ACCESS EXCLUSIVE,
- * which the upkeep waits for at most PGQ_ARCHIVE_LOCK_TIMEOUT_MS before
- * leaving the drop to its next run, so that writes queue behind it for no
- * longer than that.
+ * waits for no write); retiring expired partitions needs ACCESS EXCLUSIVE,
+ * and on each partition too.  The upkeep waits at most
+ * PGQ_ARCHIVE_LOCK_TIMEOUT_MS for a lock on the archive, so that writes
+ * queue behind it for no longer than that, and not at all for a
+ * partition: one in use (a reader, a pg_dump) is left for a later run.  It
+ * runs in a transaction that ends with it: the scheduler's own, or the
+ * statement of a user's pgq_schedule outside a transaction block (see
+ * pgq_schedule), so that ACCESS EXCLUSIVE is held for a moment only.
  *
  *-------------------------------------------------------------------------
  */
@@ -56,8 +67,10 @@
 #define PGQ_ARCHIVE_AHEAD_USECS		USECS_PER_DAY
 /* The upkeep runs at most this often per backend (the scheduler: per database). */
 #define PGQ_ARCHIVE_MAINTAIN_USECS	(INT64CONST(60) * USECS_PER_SEC)
-/* How long the upkeep waits for the lock that dropping a partition needs. */
+/* How long the upkeep waits for a lock on pgqueue.archive, at most. */
 #define PGQ_ARCHIVE_LOCK_TIMEOUT_MS "200"
+/* The names of the partitions pgqueue makes (pgq_archive_create_day). */
+#define PGQ_ARCHIVE_PREFIX "archive_"
 
 static const char *const outcome_names[] = {"acked", "cancelled", "purged"};
 
@@ -73,7 +86,8 @@ static void pgq_archive_insert(Oid part, const Datum *values, const bool *isnull
 static void pgq_archive_make(Oid relid, TimestampTz from, TimestampTz to);
 static void pgq_archive_create_day(TimestampTz day);
 static void pgq_archive_make_ahead(void *arg);
-static void pgq_archive_drop_expired(void *arg);
+static List *pgq_archive_expired(Relation archive, TimestampTz now);
+static void pgq_archive_retire_expired(void *arg);
 static void pgq_archive_try(void (*fn) (void *), void *arg, const char *what);
 
 /* OID of pgqueue.archive. */
@@ -445,59 +459,77 @@ pgq_archive_make_ahead(void *arg)
 }
 
 /*
- * Drop every partition whose upper bound has passed: all its rows have
- * expired.  Looks first under ACCESS SHARE (released at once); only when
- * there is something to drop does it wait, at most
- * PGQ_ARCHIVE_LOCK_TIMEOUT_MS, for ACCESS EXCLUSIVE.
+ * The partitions of archive (opened by the caller) whose upper bound is
+ * not after now, all of whose rows have expired, and that pgqueue named.
+ */
+static List *
+pgq_archive_expired(Relation archive, TimestampTz now)
+{
+	PartitionDesc pd = RelationGetPartitionDesc(archive, true);
+	PartitionBoundInfo bi = pd->boundinfo;
+	List	   *expired = NIL;
+	int			i;
+
+	for (i = 0; bi != NULL && i < bi->ndatums; i++)
+	{
+		Oid			part;
+		char	   *name;
+
+		if (bi->indexes[i] < 0 ||
+			bi->kind[i][0] != PARTITION_RANGE_DATUM_VALUE ||
+			DatumGetTimestampTz(bi->datums[i][0]) > now)
+			continue;
+		part = pd->oids[bi->indexes[i]];
+		name = get_rel_name(part);
+		if (name != NULL &&
+			strncmp(name, PGQ_ARCHIVE_PREFIX, strlen(PGQ_ARCHIVE_PREFIX)) == 0)
+			expired = lappend_oid(expired, part);
+	}
+	return expired;
+}
+
+/*
+ * Retire every expired partition (pgq_archive_expired) that no session
+ * uses (retire.c).  Looks first under ACCESS SHARE (released at once);
+ * only when there is something to retire does it wait, at most
+ * lock_timeout (pgq_archive_maintain sets it), for ACCESS EXCLUSIVE on the
+ * archive, then takes it on each partition without waiting: a partition
+ * in use is left for a later run.
  */
 static void
-pgq_archive_drop_expired(void *arg)
+pgq_archive_retire_expired(void *arg)
 {
 	Oid			relid = pgq_archive_relid();
 	TimestampTz now = GetCurrentTimestamp();
 	Relation	rel;
-	PartitionDesc pd;
-	PartitionBoundInfo bi;
-	List	   *expired = NIL;
+	List	   *expired;
 	ListCell   *lc;
-	int			i;
-	int			nestlevel;
 
 	rel = table_open(relid, AccessShareLock);
-	pd = RelationGetPartitionDesc(rel, true);
-	bi = pd->boundinfo;
-	for (i = 0; bi != NULL && i < bi->ndatums; i++)
-	{
-		if (bi->indexes[i] >= 0 &&
-			bi->kind[i][0] == PARTITION_RANGE_DATUM_VALUE &&
-			DatumGetTimestampTz(bi->datums[i][0]) <= now)
-			expired = lappend_oid(expired, pd->oids[bi->indexes[i]]);
-	}
+	expired = pgq_archive_expired(rel, now);
 	table_close(rel, AccessShareLock);
 	if (expired == NIL)
 		return;
 
-	nestlevel = NewGUCNestLevel();
-	(void) set_config_option("lock_timeout", PGQ_ARCHIVE_LOCK_TIMEOUT_MS,
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-							 true, 0, false);
+	/* with the lock, the relcache shows what others committed: look again */
 	LockRelationOid(relid, AccessExclusiveLock);
-	AtEOXact_GUC(true, nestlevel);
-
-	SPI_connect();
+	rel = table_open(relid, NoLock);
+	expired = pgq_archive_expired(rel, now);
+	/* closed before the DDL, which wants archive unused in this backend */
+	table_close(rel, NoLock);
 	foreach(lc, expired)
 	{
 		Oid			part = lfirst_oid(lc);
-		char	   *name = get_rel_name(part);
-		char	   *nsp = get_namespace_name(get_rel_namespace(part));
 
-		if (name == NULL || nsp == NULL)
-			continue;			/* dropped meanwhile */
-		if (SPI_execute(psprintf("DROP TABLE %s", quote_qualified_identifier(nsp, name)),
-						false, 0) != SPI_OK_UTILITY)
-			elog(ERROR, "could not drop archive partition %s", name);
+		if (!ConditionalLockRelationOid(part, AccessExclusiveLock))
+		{
+			ereport(DEBUG1,
+					(errmsg_internal("expired archive partition %s is in use: retired at a later run",
+									 get_rel_name(part))));
+			continue;
+		}
+		pgq_retire_partition(relid, part);
 	}
-	SPI_finish();
 }
 
 /* Run a step of the upkeep: a failure is logged, and tried again later. */
@@ -507,26 +539,38 @@ pgq_archive_try(void (*fn) (void *), void *arg, const char *what)
 	pgq_upkeep_try(fn, arg, what, "The upkeep tries again within a minute.");
 }
 
+/* Whether the archive's upkeep is due: once a minute per backend. */
+bool
+pgq_archive_maintain_wanted(void)
+{
+	return GetCurrentTimestamp() >= next_maintain;
+}
+
 /*
  * The archive's upkeep: make the partitions needed over the next day and
- * drop those whose rows have all expired.  At most once a minute per
- * backend (the scheduler's passes and pgq_schedule call it: a scheduler
- * runs it once a minute for its database).  Only for 1.1 databases.
- * Never raises an error of its own (each step runs in a subtransaction),
- * so a scheduling pass that calls it cannot fail because of it.  The
- * caller is inside a transaction, in a database where the extension is
- * installed.
+ * retire those whose rows have all expired (retire.c drops them later).
+ * Only for 1.1 databases.  Waits at most PGQ_ARCHIVE_LOCK_TIMEOUT_MS for
+ * each lock on pgqueue.archive, and not at all for a partition's.  Never
+ * raises an error of its own (each step runs in a subtransaction).  The
+ * caller runs it in a transaction that ends with it, so that ACCESS
+ * EXCLUSIVE on the archive is held for a moment only: the scheduler in a
+ * transaction of its own after its pass, a user's pgq_schedule only
+ * outside a transaction block (see pgq_schedule); in a database where the
+ * extension is installed.
  */
 void
 pgq_archive_maintain(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	int			nestlevel;
 
-	if (now < next_maintain)
-		return;
-	next_maintain = now + PGQ_ARCHIVE_MAINTAIN_USECS;
+	next_maintain = GetCurrentTimestamp() + PGQ_ARCHIVE_MAINTAIN_USECS;
 	if (pgq_layout() != PGQ_V11)
 		return;
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("lock_timeout", PGQ_ARCHIVE_LOCK_TIMEOUT_MS,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
 	pgq_archive_try(pgq_archive_make_ahead, NULL, "make archive partitions");
-	pgq_archive_try(pgq_archive_drop_expired, NULL, "drop expired archive partitions");
+	pgq_archive_try(pgq_archive_retire_expired, NULL, "retire expired archive partitions");
+	AtEOXact_GUC(true, nestlevel);
 }

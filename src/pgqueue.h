@@ -15,6 +15,9 @@
  * src/admin.c		the operator API: retry, cancel, purge, periodic jobs
  * src/archive.c	pgqueue.archive: writing finished jobs, its partitions
  * src/ring.c		the slots of queue and work_queue: the view, the rings
+ * src/retire.c		removing partitions made at run time without failing a
+ *					pg_dump: retired first, dropped once no older
+ *					snapshot is left
  *
  *-------------------------------------------------------------------------
  */
@@ -159,6 +162,7 @@ extern void pgq_shmem_install_hooks(void);
 extern void pgq_scheduler_attach(int dbindex);
 extern bool pgq_scheduler_register(int dbindex);
 extern pid_t pgq_scheduler_running(int dbindex);
+extern bool pgq_scheduler_attached(void);
 
 /* publish.c */
 extern void pgq_xact_callbacks_register(void);
@@ -406,7 +410,18 @@ extern void pgq_archive_spi_rows(SPITupleTable *tab, uint64 n, int col,
 								 PgqOutcome outcome);
 extern Oid	pgq_archive_cover(TimestampTz expires);
 extern void pgq_archive_prepare(int64 retention_usecs);
+extern bool pgq_archive_maintain_wanted(void);
 extern void pgq_archive_maintain(void);
+
+/*
+ * retire.c: a partition made at run time is retired (detached, made a
+ * member of the extension: pg_dump skips it) instead of dropped, and
+ * dropped once no snapshot from before its retirement is left.
+ */
+extern void pgq_retire_partition(Oid parent, Oid relid);
+extern bool pgq_snapshots_before(TransactionId xid);
+extern bool pgq_retired_drop_wanted(void);
+extern void pgq_retired_drop(void);
 
 /* admin.c */
 extern ErrorData *pgq_subxact(void (*fn) (void *), void *arg, int catch_code);

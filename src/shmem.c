@@ -184,6 +184,19 @@ pgq_scheduler_unregister(int code, Datum arg)
 	SpinLockRelease(&pgq_shared->mutex);
 }
 
+/*
+ * Whether a scheduler runs for the current database (it attached to the
+ * database's slot: pgq_scheduler_attach), as far as shared memory says;
+ * false without it.
+ */
+bool
+pgq_scheduler_attached(void)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+
+	return slot != NULL && slot->scheduler_procno >= 0;
+}
+
 /* The pid of the scheduler of the database with index dbindex, or 0. */
 pid_t
 pgq_scheduler_running(int dbindex)

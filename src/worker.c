@@ -69,6 +69,7 @@ static Oid	ext_cache_relid = InvalidOid;	/* pgqueue.queue */
 static uint64 ext_cache_gen = 0;	/* bumped by every invalidation of it */
 
 static int	pgq_run_pass(void);
+static void pgq_run_upkeep(void (*fn) (void));
 static Oid	pgq_extension_pinned(void);
 static void pgq_extension_cache_callback(Datum arg, Oid relid);
 static long pgq_next_wait_ms(int moved);
@@ -212,8 +213,10 @@ pgq_next_wait_ms(int moved)
 }
 
 /*
- * One scheduling pass in its own transaction.  Returns how many jobs it
- * moved, or -2 when the extension is not installed in this database.
+ * One scheduling pass in its own transaction, then the upkeep that is due,
+ * each step in a transaction of its own, so that the locks its DDL takes
+ * are held for a moment and never by the pass.  Returns how many jobs the
+ * pass moved, or -2 when the extension is not installed in this database.
  */
 static int
 pgq_run_pass(void)
@@ -227,7 +230,6 @@ pgq_run_pass(void)
 	if (OidIsValid(pgq_extension_pinned()))
 	{
 		pgstat_report_activity(STATE_RUNNING, "pgqueue scheduling pass");
-		pgq_archive_maintain();	/* archive partitions, once a minute (archive.c) */
 		pgq_ring_maintain();	/* work_queue's slots (ring.c) */
 		SPI_connect();
 		moved = pgq_schedule_pass(pgqueue_batch_size);
@@ -238,20 +240,38 @@ pgq_run_pass(void)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
-	/* free slots beyond those the rings keep: dropped in a short transaction */
-	if (moved >= 0 && pgq_ring_shrink_wanted())
+	if (moved >= 0)
 	{
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (OidIsValid(pgq_extension_pinned()))
-			pgq_ring_shrink();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		/* free slots beyond those the rings keep (ring.c) */
+		if (pgq_ring_shrink_wanted())
+			pgq_run_upkeep(pgq_ring_shrink);
+		/* archive partitions made ahead and retired, once a minute (archive.c) */
+		if (pgq_archive_maintain_wanted())
+			pgq_run_upkeep(pgq_archive_maintain);
+		/* retired tables dropped once no older snapshot is left (retire.c) */
+		if (pgq_retired_drop_wanted())
+			pgq_run_upkeep(pgq_retired_drop);
 	}
 	/* at once when a slot's row counts were zeroed (ring.c) */
 	pgstat_report_stat(pgq_ring_stats_flush_wanted());
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return moved;
+}
+
+/*
+ * Run a step of the upkeep, fn, in a short transaction of its own, if the
+ * extension is still installed.  fn raises no error of its own.
+ */
+static void
+pgq_run_upkeep(void (*fn) (void))
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (OidIsValid(pgq_extension_pinned()))
+		fn();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
 }
 
 /*

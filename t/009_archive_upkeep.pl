@@ -4,9 +4,10 @@
 # into the archive; a lock it cannot get in time, or an error, leaves the
 # scheduling passes going and the work to a later run.
 #
-# Each check restarts the scheduler (pg_terminate_backend; the postmaster
-# starts it again within a second) so that its first pass runs the upkeep
-# at once rather than within the minute.
+# Each check restarts the scheduler (pg_terminate_backend; the launcher
+# starts it again within a second) so that it runs the upkeep at once
+# (after its first pass) rather than within the minute.  Expired
+# partitions are retired, then dropped (t/014_archive_retire.pl).
 use strict;
 use warnings;
 
@@ -22,30 +23,6 @@ my $node = pgq_node('upkeep', "pgqueue.naptime = '50ms'\n");
 $node->start;
 wait_for_scheduler($node, 'postgres');
 $node->safe_psql('postgres', 'CREATE EXTENSION pgqueue');
-
-# restart the scheduler, and wait for the new one's first pass
-sub restart_scheduler
-{
-	my $old = scheduler_pid($node, 'postgres');
-	my $passes = counter($node, 'postgres', 'scheduler_passes');
-	$node->safe_psql('postgres', "SELECT pg_terminate_backend($old)");
-	wait_for_scheduler($node, 'postgres', $old);
-	$node->poll_query_until('postgres',
-		"SELECT scheduler_passes > $passes FROM pgq_counters()")
-	  or die 'the new scheduler runs no pass';
-}
-
-# an expired partition made by hand, with a row
-sub expired_partition
-{
-	my ($name, $day) = @_;
-	$node->safe_psql('postgres', qq{
-CREATE TABLE pgqueue.$name PARTITION OF pgqueue.archive
-  FOR VALUES FROM ('$day 00:00+00') TO ('$day 00:00+00'::timestamptz + interval '1 day');
-INSERT INTO pgqueue.archive (id, queue, payload, priority, tries, created, finished, outcome, expires)
-VALUES (gen_random_uuid(), 'old', '{}', 0, 1, '$day', '$day', 'acked', '$day 12:00+00');
-});
-}
 
 sub exists_rel
 {
@@ -80,14 +57,14 @@ ok(wait_scheduled('a'), 'jobs scheduled');
 is( $node->safe_psql('postgres', q{
 SELECT count(*) FILTER (WHERE pgq_ack(id, 'w1')) FROM pgq_claim('w1', 10, '1 hour')}),
 	'5', 'and acked');
-expired_partition('archive_20200101', '2020-01-01');
-expired_partition('archive_20200102', '2020-01-02');
+expired_partition($node, 'archive_20200101', '2020-01-01');
+expired_partition($node, 'archive_20200102', '2020-01-02');
 # a retention set behind pgq_configure's back: no partitions made for it
 $node->safe_psql('postgres', q{
 INSERT INTO pgqueue.queues (queue, retention) VALUES ('b', '5 days')});
 is(covered('5 days'), 'f', 'no partition yet for a retention of 5 days');
 
-restart_scheduler();
+restart_scheduler($node);
 ok( $node->poll_query_until('postgres', q{
 SELECT to_regclass('pgqueue.archive_20200101') IS NULL AND to_regclass('pgqueue.archive_20200102') IS NULL}),
 	'the scheduler drops the expired partitions');
@@ -124,8 +101,8 @@ $$;
 ok( $node->poll_query_until('postgres',
 		q{SELECT count(*) > 20 FROM pgqueue.archive WHERE queue = 'load'}),
 	'the load acks into the archive');
-expired_partition('archive_20200103', '2020-01-03');
-restart_scheduler();
+expired_partition($node, 'archive_20200103', '2020-01-03');
+restart_scheduler($node);
 ok( $node->poll_query_until('postgres',
 		q{SELECT to_regclass('pgqueue.archive_20200103') IS NULL}),
 	'an expired partition is dropped while the acks go on');
@@ -142,20 +119,20 @@ SELECT count(*) FROM pgqueue.archive WHERE queue = 'load'}),
 
 # --- a lock it cannot get in time --------------------------------------------
 # an ack in an open transaction holds the archive (ROW EXCLUSIVE)
-expired_partition('archive_20200104', '2020-01-04');
+expired_partition($node, 'archive_20200104', '2020-01-04');
 $node->safe_psql('postgres', q{SELECT pgq_push('a', '{"n": "slow"}')});
 ok(wait_scheduled('a'), 'a job to ack slowly');
 my $slow = $node->background_psql('postgres');
 $slow->query_safe('BEGIN');
 is($slow->query_safe(q{SELECT pgq_ack(id, 'w2') FROM pgq_claim('w2', 1, '1 hour')}),
 	't', 'acked in a transaction left open');
-restart_scheduler();
+restart_scheduler($node);
 $node->safe_psql('postgres', q{SELECT pgq_push('a', '{"n": "meanwhile"}')});
 ok(wait_scheduled('a'), 'the passes go on while the drop cannot get its lock');
 is(exists_rel('archive_20200104'), 't', 'the expired partition is still there');
 $slow->query_safe('COMMIT');
 $slow->quit;
-restart_scheduler();
+restart_scheduler($node);
 ok( $node->poll_query_until('postgres',
 		q{SELECT to_regclass('pgqueue.archive_20200104') IS NULL}),
 	'and goes at a later run, once the lock is free');
@@ -169,7 +146,7 @@ CREATE TABLE pgqueue.$in_the_way (x int);
 INSERT INTO pgqueue.queues (queue, retention) VALUES ('c', '30 days');
 });
 my $log_offset = -s $node->logfile;
-restart_scheduler();
+restart_scheduler($node);
 $node->safe_psql('postgres', q{SELECT pgq_push('a', '{"n": "despite"}')});
 ok(wait_scheduled('a'), 'the passes go on when the upkeep fails');
 my $logged = 0;
@@ -183,7 +160,7 @@ for (1 .. 100)
 }
 ok($logged, 'the failure is logged');
 $node->safe_psql('postgres', "DROP TABLE pgqueue.$in_the_way");
-restart_scheduler();
+restart_scheduler($node);
 ok( $node->poll_query_until('postgres', qq{
 SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhparent = 'pgqueue.archive'::regclass
                                           AND inhrelid = to_regclass('pgqueue.$in_the_way'))}),

@@ -33,6 +33,8 @@ our @EXPORT = qw(
   log_count
   drain_queue
   ring_node
+  restart_scheduler
+  expired_partition
 );
 
 # A new node that preloads pgqueue.  $conf is appended to postgresql.conf
@@ -255,6 +257,36 @@ autovacuum = off
 	$node->safe_psql('postgres', 'CREATE EXTENSION pgqueue');
 	$node->safe_psql('postgres', 'CREATE EXTENSION pgstattuple');
 	return $node;
+}
+
+# Restart the scheduler of database postgres (pg_terminate_backend; the
+# launcher starts a new one within a second), and wait for the new one's
+# second pass: its first pass is followed by the upkeep that a new
+# scheduler runs at once (the archive's, in a transaction of its own), so
+# that the upkeep has run on what the database held before the restart.
+sub restart_scheduler
+{
+	my ($node) = @_;
+	my $old = scheduler_pid($node, 'postgres');
+	my $passes = counter($node, 'postgres', 'scheduler_passes');
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend($old)");
+	wait_for_scheduler($node, 'postgres', $old);
+	$node->poll_query_until('postgres',
+		"SELECT scheduler_passes > $passes + 1 FROM pgq_counters()")
+	  or die 'the new scheduler runs no pass';
+}
+
+# An expired partition $name of pgqueue.archive (in database postgres) for
+# the UTC day $day (YYYY-MM-DD), made by hand, with a row.
+sub expired_partition
+{
+	my ($node, $name, $day) = @_;
+	$node->safe_psql('postgres', qq{
+CREATE TABLE pgqueue.$name PARTITION OF pgqueue.archive
+  FOR VALUES FROM ('$day 00:00+00') TO ('$day 00:00+00'::timestamptz + interval '1 day');
+INSERT INTO pgqueue.archive (id, queue, payload, priority, tries, created, finished, outcome, expires)
+VALUES (gen_random_uuid(), 'old', '{}', 0, 1, '$day', '$day', 'acked', '$day 12:00+00');
+});
 }
 
 1;
