@@ -179,12 +179,10 @@ pgq_retire_partition(Oid parent, Oid relid)
  * Whether a snapshot that may have been taken before xid was assigned can
  * still be in use (see the file's header): a backend of this database,
  * other than this one and VACUUM, whose xmin precedes xid; or a standby
- * whose feedback (its walsender's xmin, or its replication slot's)
- * precedes it.  Pass the next transaction id read after the event that
- * such snapshots must not miss has committed.  The caller is inside a
- * transaction and may be connected to SPI.  The walsenders' xmins are read
- * from pg_stat_activity, which a transaction reads once: call it in a
- * transaction that began after that event.
+ * (pgq_standby_snapshots_before).  Pass the next transaction id read
+ * after the event that such snapshots must not miss has committed.  The
+ * caller is inside a transaction that began after that event, and may be
+ * connected to SPI.
  */
 bool
 pgq_snapshots_before(TransactionId xid)
@@ -192,16 +190,30 @@ pgq_snapshots_before(TransactionId xid)
 	TransactionId limit = xid;
 	VirtualTransactionId *vxids;
 	int			n;
-	int			nest;
-	uint64		i;
-	bool		found = false;
 
 	/* xmin <= xid - 1: older than xid */
 	TransactionIdRetreat(limit);
 	vxids = GetCurrentVirtualXIDs(limit, true, false, PROC_IN_VACUUM, &n);
 	pfree(vxids);
-	if (n > 0)
-		return true;
+	return n > 0 || pgq_standby_snapshots_before(xid);
+}
+
+/*
+ * Whether a hot standby may hold a snapshot taken before xid was assigned:
+ * the xmin a standby reports with hot_standby_feedback, which its
+ * walsender holds (or its replication slot, which keeps it while the
+ * standby is away), precedes xid.  A standby's snapshots are known only as
+ * that oldest xmin.  The walsenders' xmins are read from pg_stat_activity,
+ * which a transaction reads once: the caller is inside a transaction that
+ * began after the event such snapshots must not miss, and may be connected
+ * to SPI.
+ */
+bool
+pgq_standby_snapshots_before(TransactionId xid)
+{
+	int			nest;
+	uint64		i;
+	bool		found = false;
 
 	nest = pgq_spi_connect();
 	if (SPI_execute_plan(pgq_keep_plan(&plan_standbys,

@@ -102,7 +102,7 @@
  * started), every backend with a snapshot at D is waited for.  A hot
  * standby's snapshots are known only as the oldest xmin it reports with
  * hot_standby_feedback: a slot is truncated once that is at least the next
- * xid at D (standby_before).  Such a snapshot, older than the call's view,
+ * xid at D (waits_over).  Such a snapshot, older than the call's view,
  * may see rows in a drained slot: under REPEATABLE READ and SERIALIZABLE
  * the view has the drained slots too, so a call finds the rows its
  * snapshot sees, and a row moved or deleted since is a clean 40001.
@@ -155,7 +155,7 @@ int			pgqueue_slot_size_kb = 1024;
 
 /*
  * Slots a ring grows to as a rule (PGQ_MAX_SLOTS: while readers pin some),
- * and the free slots it keeps: more are dropped (pgq_ring_shrink).
+ * and the free slots it keeps: more are retired (pgq_ring_shrink).
  */
 #define PGQ_RING_SLOTS 32
 #define PGQ_FREE_RESERVE 2
@@ -544,54 +544,12 @@ note_waits(RingNotes *rn, int32 s)
 }
 
 /*
- * Whether a hot standby may hold a snapshot taken before xid was assigned:
- * the xmin that a standby reports with hot_standby_feedback (held by its
- * walsender, or by its replication slot, which keeps it while the standby
- * is away) precedes xid.  The standby's snapshots are not known one by
- * one, so a slot is truncated only once none that could see its rows is
- * left there (a snapshot whose xmin is at least the next xid at the drain
- * sees every delete of its rows committed).  Without hot_standby_feedback
- * a standby reports nothing: README says what its readers may see.  The
- * caller is connected to SPI.
- */
-static bool
-standby_before(TransactionId xid)
-{
-	/* the oldest such xmin, read once per transaction */
-	static LocalTransactionId read_in = InvalidLocalTransactionId;
-	static TransactionId oldest = InvalidTransactionId;
-
-	if (read_in != MyProc->lxid)
-	{
-		uint64		i;
-
-		if (SPI_execute("SELECT backend_xmin FROM pg_catalog.pg_stat_activity"
-						" WHERE backend_type = 'walsender' AND backend_xmin IS NOT NULL"
-						" UNION ALL"
-						" SELECT xmin FROM pg_catalog.pg_replication_slots WHERE xmin IS NOT NULL",
-						true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not read the standbys' xmin");
-		oldest = InvalidTransactionId;
-		for (i = 0; i < SPI_processed; i++)
-		{
-			bool		isnull;
-			TransactionId x = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[i],
-																  SPI_tuptable->tupdesc, 1,
-																  &isnull));
-
-			if (!isnull && TransactionIdIsNormal(x) &&
-				(!TransactionIdIsValid(oldest) || TransactionIdPrecedes(x, oldest)))
-				oldest = x;
-		}
-		read_in = MyProc->lxid;
-	}
-	return TransactionIdIsValid(oldest) && TransactionIdPrecedes(oldest, xid);
-}
-
-/*
  * Whether every backend noted for slot s has ended its transaction, and no
- * standby may still see its rows (standby_before).  The caller is
- * connected to SPI.
+ * standby may still see its rows: the oldest xmin a standby reports with
+ * hot_standby_feedback is at least the next xid when the slot was found
+ * empty (a snapshot with such an xmin sees every delete of its rows
+ * committed; retire.c).  Without hot_standby_feedback a standby reports
+ * nothing: README says what its readers may see.
  */
 static bool
 waits_over(RingNotes *rn, int32 s)
@@ -603,7 +561,7 @@ waits_over(RingNotes *rn, int32 s)
 	for (i = 0; i < rn->nwaits[s]; i++)
 		if (!VirtualXactLock(rn->waits[s][i], false))
 			return false;
-	return !standby_before(rn->next_xid[s]);
+	return !pgq_standby_snapshots_before(rn->next_xid[s]);
 }
 
 /* Record slot s's state in pgqueue.slots (since: now, when it is current). */
@@ -714,7 +672,7 @@ ring_open(int r, LOCKMODE mode, Ring *ring)
 }
 
 /*
- * Whether s is a free slot of ring r that the ring may reuse or drop: one
+ * Whether s is a free slot of ring r that the ring may reuse or retire: one
  * of its numbered slots (not queue's cold slot 0, nor a partition of
  * someone else's numbering).
  */
@@ -974,13 +932,16 @@ ring_turn(void *arg)
 }
 
 /*
- * Drop the free slots of ring *arg beyond PGQ_FREE_RESERVE, the highest
- * numbers first.  A transaction that reads the parent locks every slot
+ * Retire the free slots of ring *arg beyond PGQ_FREE_RESERVE, the highest
+ * numbers first (retire.c: detached and made members of the extension at
+ * once, dropped once no snapshot from before is left, so that no pg_dump
+ * fails on them).  A transaction that reads the parent locks every slot
  * that exists then, until it ends, and the ring cannot reuse those: the
- * fewer slots exist, the fewer it pins.  Dropping a partition takes ACCESS
- * EXCLUSIVE on the parent, which every call holds a weaker lock on for its
- * transaction: only when that is had at once (never waiting, so no call
- * queues behind it), in a transaction of its own that ends at once.
+ * fewer slots are attached, the fewer it pins.  Detaching a partition
+ * takes ACCESS EXCLUSIVE on the parent, which every call holds a weaker
+ * lock on for its transaction: only when that is had at once (never
+ * waiting, so no call queues behind it), in a transaction of its own that
+ * ends at once.
  */
 static void
 ring_shrink(void *arg)
@@ -1004,7 +965,7 @@ ring_shrink(void *arg)
 		Oid			types[2] = {TEXTOID, INT4OID};
 		Datum		args[2];
 
-		/* slot 0 is the extension's (pgqueue--1.1.sql): never dropped */
+		/* slot 0 is the extension's (pgqueue--1.1.sql): never retired */
 		for (i = 0; i < ring.n; i++)
 			if (slot_is_free(&ring.slots[i], r) && ring.slots[i].slot > 0 &&
 				(s == NULL || ring.slots[i].slot > s->slot))
@@ -1014,12 +975,11 @@ ring_shrink(void *arg)
 		nfree--;
 		s->state = SLOT_LIVE;	/* not looked at again */
 
-		/* free means truncated; a slot with rows is never dropped */
+		/* free means truncated; a slot with rows is never retired */
 		if (!ConditionalLockRelationOid(s->relid, AccessExclusiveLock) ||
 			slot_rows(s->relid, 0) > 0)
 			continue;
-		ring_ddl(psprintf("DROP TABLE pgqueue.%s",
-								  quote_identifier(get_rel_name(s->relid))));
+		pgq_retire_partition(parent, s->relid);
 		args[0] = CStringGetTextDatum(name);
 		args[1] = Int32GetDatum(s->slot);
 		if (SPI_execute_with_args("DELETE FROM pgqueue.slots WHERE tbl = $1 AND slot = $2",
@@ -1029,14 +989,14 @@ ring_shrink(void *arg)
 		rn->waits_noted[s->slot] = false;
 		rn->truncated[s->slot] = 0;
 		ereport(DEBUG1,
-				(errmsg_internal("dropped free slot %d of pgqueue.%s", s->slot, name)));
+				(errmsg_internal("retired free slot %d of pgqueue.%s", s->slot, name)));
 	}
 	SPI_finish();
 	CacheInvalidateRelcacheByRelid(parent);
 	shrink_wanted[r] = false;
 }
 
-/* Whether a ring has free slots to drop (pgq_ring_shrink), now. */
+/* Whether a ring has free slots to retire (pgq_ring_shrink), now. */
 bool
 pgq_ring_shrink_wanted(void)
 {
@@ -1045,8 +1005,8 @@ pgq_ring_shrink_wanted(void)
 }
 
 /*
- * The scheduler's drop of the free slots a ring has beyond those it keeps
- * (ring_shrink), in a transaction of its own, at most every
+ * The scheduler's retirement of the free slots a ring has beyond those it
+ * keeps (ring_shrink), in a transaction of its own, at most every
  * PGQ_RING_MAINTAIN_USECS.  As pgq_ring_maintain, never raises an error of
  * its own.
  */
@@ -1059,10 +1019,10 @@ pgq_ring_shrink(void)
 	if (pgq_layout() != PGQ_V11)
 		return;
 	if (shrink_wanted[RING_WORK])
-		pgq_upkeep_try(ring_shrink, &rings[RING_WORK], "drop the free slots of pgqueue.work_queue",
+		pgq_upkeep_try(ring_shrink, &rings[RING_WORK], "retire the free slots of pgqueue.work_queue",
 					   "The scheduler tries again after a later pass.");
 	if (shrink_wanted[RING_QUEUE])
-		pgq_upkeep_try(ring_shrink, &rings[RING_QUEUE], "drop the free slots of pgqueue.queue",
+		pgq_upkeep_try(ring_shrink, &rings[RING_QUEUE], "retire the free slots of pgqueue.queue",
 					   "The scheduler tries again after a later pass.");
 }
 
