@@ -52,7 +52,7 @@ isnt($q_slot, '0', "defect 4: the job rows are in slot $q_slot of queue");
 my %s;
 for my $j ('a', 'b')
 {
-	$s{$j} = $node->background_psql('postgres');
+	$s{$j} = $node->background_psql('postgres', on_error_stop => 0);
 	$s{$j}->query_safe('\set VERBOSITY verbose');
 	$s{$j}->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
 	$s{$j}->query_safe('SELECT 1');

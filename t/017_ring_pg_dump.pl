@@ -96,7 +96,7 @@ SELECT string_agg(c.relname, ',' ORDER BY c.oid) FROM pg_class c
 	$pin->quit;
 	# the scheduler may drop the free slots beyond two now: give it the time
 	my $gone = poll_bounded($node, qq{
-SELECT bool_or(to_regclass('pgqueue.' || t) IS NULL) FROM unnest(string_to_array('$listed', ',')) t}, 5);
+SELECT bool_or(to_regclass('pgqueue.' || t) IS NULL) FROM unnest(string_to_array('$listed', ',')) t}, 3);
 	note 'dropped while the transaction was open: ' . ($gone ? 'yes' : 'no') . '; slots now ' . slot_tables();
 	$e->{stderr} = '';
 	my ($out, $err) = $e->query(join('; ',
@@ -136,7 +136,7 @@ SELECT count(*) FROM pg_locks l
 	$pin->query_safe('COMMIT');
 	$pin->quit;
 	my $gone = poll_bounded($node, qq{
-SELECT bool_or(to_regclass('pgqueue.' || t) IS NULL) FROM unnest(string_to_array('$listed', ',')) t}, 5);
+SELECT bool_or(to_regclass('pgqueue.' || t) IS NULL) FROM unnest(string_to_array('$listed', ',')) t}, 3);
 	note 'dropped while pg_dump waited: ' . ($gone ? 'yes' : 'no') . '; slots now ' . slot_tables();
 	$gate->query_safe('COMMIT');
 	$gate->quit;
@@ -164,7 +164,7 @@ SELECT bool_or(to_regclass('pgqueue.' || t) IS NULL) FROM unnest(string_to_array
 	# every slot seen during the loop, and those gone at its end: dropped
 	my %seen;
 	my $started = time;
-	while (time - $started < 15)
+	while (time - $started < 12)
 	{
 		for (1 .. 4)
 		{
