@@ -10,9 +10,11 @@
 #   'scheduled' with no work row, lost);
 # - defect 2: in a transaction that called pgqueue before a turn, a
 #   filtered pgq_claim gets a job pushed after it, pgq_nack gives back a
-#   job pushed after it, and pgq_ack finishes a held job whose work row the
-#   scheduler moved to a slot made current after it (they answered
-#   nothing, NULL and false, the first two after deleting the work row);
+#   job pushed after it, pgq_ack finishes (and archives) a job pushed after
+#   it, and pgq_ack finishes a held job whose work row the scheduler moved
+#   to a slot made current after it (they answered nothing, NULL, true
+#   with the job row left and no archive row, and false; the first three
+#   deleted the work row: the job was lost);
 # - defect 3: a push in a transaction that called pgqueue before the slot
 #   then current was emptied, truncated and made free is written where the
 #   scheduler finds it, and is scheduled (it once went into the free slot,
@@ -117,16 +119,21 @@ SELECT wait_event_type = 'Extension' AND state = 'active' FROM pg_stat_activity 
 	my $sc = open_session($claim_y, $push);
 	my $sn = open_session("SELECT pgq_nack('$nil', 'wN', 'boom', '0 seconds')", $push);
 	my $sa = open_session("SELECT pgq_ack('$nil', 'wH')", $push);
+	q1(q{SELECT pgq_configure('k', retention => '1 day')});
+	my $sk = open_session("SELECT pgq_ack('$nil', 'wK')", $push);
 
 	my ($from, $to) = turn_queue_ring($node, 'p');
 	isnt($to, $from, "defect 2: queue's ring turned from slot $from to slot $to");
 	my $y = q1(q{SELECT pgq_push('y', '{"job": "y"}')});
 	my $n = q1(q{SELECT pgq_push('n', '{"job": "n"}')});
-	is(row_slot($node, 'queue', $y) . ',' . row_slot($node, 'queue', $n),
-		"$to,$to", "defect 2: jobs y and n pushed into slot $to");
-	ok(scheduled($y) && scheduled($n), 'defect 2: both scheduled');
+	my $k = q1(q{SELECT pgq_push('k', '{"job": "k"}')});
+	is( row_slot($node, 'queue', $y) . ',' . row_slot($node, 'queue', $n) . ',' . row_slot($node, 'queue', $k),
+		"$to,$to,$to", "defect 2: jobs y, n and k pushed into slot $to");
+	ok(scheduled($y) && scheduled($n) && scheduled($k), 'defect 2: all three scheduled');
 	is(q1(q{SELECT count(*) FROM pgq_claim('wN', 1, '1 hour', ARRAY['n'])}),
 		'1', 'defect 2: job n held by wN');
+	is(q1(q{SELECT count(*) FROM pgq_claim('wK', 1, '1 hour', ARRAY['k'])}),
+		'1', 'defect 2: job k held by wK');
 
 	is($sc->query_safe($claim_y), $y,
 		'defect 2: pgq_claim of queue y in the transaction gets job y');
@@ -144,6 +151,18 @@ SELECT coalesce(string_agg(q.state::text || CASE WHEN w.id IS NULL THEN '' ELSE 
   FROM pgqueue.queue q LEFT JOIN pgqueue.work_queue w ON w.id = q.id WHERE q.id = '$n'}),
 		qr/^(retry|pending|scheduled in work_queue)$/,
 		'defect 2: job n was given back by the nack');
+
+	# what t/019 saw under load (defect 14): an ack that answers true, writes
+	# no archive row and leaves the job 'scheduled' with no work row
+	is($sk->query_safe("SELECT pgq_ack('$k', 'wK')"),
+		't', 'defect 2: pgq_ack of job k by its holder, in the transaction: true');
+	$sk->query_safe('COMMIT');
+	is( q1(qq{
+SELECT (SELECT count(*) FROM pgqueue.queue WHERE id = '$k') || ' job row, '
+    || (SELECT count(*) FROM pgqueue.work_queue WHERE id = '$k') || ' work row, '
+    || (SELECT count(*) FROM pgqueue.archive WHERE id = '$k' AND outcome = 'acked') || ' archived'}),
+		'0 job row, 0 work row, 1 archived',
+		'defect 2 (and 14): job k is finished, and archived (its queue keeps an archive)');
 	q1(q{SELECT pgq_purge('p', 'pending')});
 
 	# job h's work row moved to a slot of work_queue made current after $sa's
@@ -159,7 +178,7 @@ SELECT coalesce(string_agg(q.state::text || CASE WHEN w.id IS NULL THEN '' ELSE 
 	$sa->query_safe('COMMIT');
 	is(q1(qq{SELECT count(*) FROM pgqueue.jobs WHERE id = '$h'}), '0',
 		'defect 2: job h is finished');
-	$_->quit for ($sc, $sn, $sa);
+	$_->quit for ($sc, $sn, $sa, $sk);
 }
 
 # --- defect 3: a push after the slot it saw current was made free ---------------
