@@ -7,7 +7,7 @@
 # Each check restarts the scheduler (pg_terminate_backend; the launcher
 # starts it again within a second) so that it runs the upkeep at once
 # (after its first pass) rather than within the minute.  Expired
-# partitions are retired, then dropped (t/014_archive_retire.pl).
+# partitions are retired, then dropped (t/020_archive_retire.pl).
 use strict;
 use warnings;
 
