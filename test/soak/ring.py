@@ -586,7 +586,9 @@ class RingSoak(soak.Soak):
                     conn.commit()
                 # the snapshot (it locks none of pgqueue's tables)
                 ref.append(conn.execute('SELECT count(*) FROM soak_paused_pushed').fetchone()[0])
-                for gap in (rng.uniform(0.5, 3), rng.uniform(2, 5)):
+                # the longer the first gap, the likelier a TRUNCATE of a slot
+                # the snapshot can see lands in it
+                for gap in (rng.uniform(1, 5), rng.uniform(1.5, 4)):
                     if self.stop_ring.wait(gap):
                         break
                     c, r = conn.execute(count_sql, (PAUSED,)).fetchone()
@@ -891,12 +893,12 @@ def main(a, rest):
                    help='the restore, at this fraction of --seconds (at least 20 s in)')
     p.add_argument('--ring-interval', type=float, default=0.2)
     p.add_argument('--x-pause', type=float, default=0.6)
-    p.add_argument('--paused-pause', type=float, default=0.3)
+    p.add_argument('--paused-pause', type=float, default=0.6)
     p.add_argument('--waiters', type=int, default=2)
     p.add_argument('--tx-workers', type=int, default=2)
     p.add_argument('--rr-workers', type=int, default=2)
     p.add_argument('--snap-readers', type=int, default=2)
-    p.add_argument('--standby-readers', type=int, default=2)
+    p.add_argument('--standby-readers', type=int, default=3)
     r = p.parse_args(rest)
     for k, v in vars(r).items():
         setattr(a, k, v)
