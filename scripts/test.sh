@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Run the whole pgqueue test suite: pg_regress, isolation and TAP tests, the
-# soak with faults (test/soak/run.sh, 3 minutes), the fuzzers (test/fuzz/run.sh:
+# soak (test/soak/run.sh: 1 minute with faults, then 3 minutes of its ring
+# mode), the fuzzers (test/fuzz/run.sh:
 # the API fuzzer and sqlsmith, 2 minutes), and the client libraries'
 # tests (test/clients/run.sh) and the dashboard's browser tests
 # (dashboard/test/run.sh).
 #
 #   sudo bash scripts/test.sh            # everything
 #   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, soak, fuzz, clients or dashboard
-#   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak (SOAK_PORTS, SOAK_SEED too)
+#   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak: each mode 600 s (SOAK_PORTS, SOAK_SEED too)
+#   SOAK_MODE=ring SOAK_SECONDS=3600 bash scripts/test.sh soak   # the ring mode alone, 60 minutes
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
 #   TEST_DIR_BASE=/some/dir bash scripts/test.sh  # make the test copy there (default /tmp)
 #   PGQ_TEST_ENV="LD_PRELOAD=... ASAN_OPTIONS=..." # environment of the test
@@ -146,25 +148,37 @@ for kind in $KINDS; do
 		bad=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$out")
 		;;
 	soak)
-		# test/soak/run.sh: its own server, SOAK_SECONDS (default 180) of
-		# producers, consumers and faults, then the invariant checker
-		log "soak with faults (${SOAK_SECONDS:-180} s)"
-		runuser -u postgres -- env TMPDIR="$WORK/tmp" PATH="$PATH" PG_CONFIG="$PG_CONFIG" \
-			SOAK_DIR="$WORK/soak" SOAK_SECONDS="${SOAK_SECONDS:-180}" SOAK_PORTS="${SOAK_PORTS:-}" \
-			SOAK_SEED="${SOAK_SEED:-}" SOAK_ARGS="${SOAK_ARGS:-}" SOAK_CONF="${SOAK_CONF:-}" \
-			SOAK_SELFTEST="${SOAK_SELFTEST:-}" \
-			bash "$WORK/tree/test/soak/run.sh" >"$out" 2>&1
-		rc=$?
+		# test/soak/run.sh, each mode with its own server: the soak with
+		# faults (60 s unless SOAK_SECONDS), then the ring mode (180 s
+		# unless SOAK_SECONDS: small slots, a standby, dumps and a
+		# restore); SOAK_MODE=faults or ring runs one of them.  Each runs
+		# the invariant checker over its history.
+		: >"$out"
+		rc=0
+		for mode in ${SOAK_MODE:-faults ring}; do
+			case $mode in faults) secs=${SOAK_SECONDS:-60} ;; *) secs=${SOAK_SECONDS:-180} ;; esac
+			log "soak, $mode mode ($secs s)"
+			runuser -u postgres -- env TMPDIR="$WORK/tmp" PATH="$PATH" PG_CONFIG="$PG_CONFIG" \
+				SOAK_DIR="$WORK/soak-$mode" SOAK_MODE="$mode" SOAK_SECONDS="$secs" \
+				SOAK_PORTS="${SOAK_PORTS:-}" SOAK_SEED="${SOAK_SEED:-}" SOAK_ARGS="${SOAK_ARGS:-}" \
+				SOAK_CONF="${SOAK_CONF:-}" SOAK_SELFTEST="${SOAK_SELFTEST:-}" \
+				bash "$WORK/tree/test/soak/run.sh" >>"$out" 2>&1
+			mrc=$?
+			[ "$mrc" = 0 ] || rc=$mrc
+			if [ "$mrc" != 0 ] && [ -f "$WORK/soak-$mode/history.jsonl" ]; then
+				# keep the history (and the server's log) for a replay of the checker
+				keep=$(mktemp "${TEST_DIR_BASE:-/tmp}/pgqueue-soak-$mode-history.XXXXXX")
+				cp "$WORK/soak-$mode/history.jsonl" "$keep" &&
+					cp "$WORK/soak-$mode/server.log" "$keep.server.log"
+				[ -f "$WORK/soak-$mode/standby.log" ] && cp "$WORK/soak-$mode/standby.log" "$keep.standby.log"
+				log "soak history kept in $keep (replay: /usr/bin/python3 test/soak/checker.py $keep)"
+			fi
+		done
 		# run.sh prints "soak: N passed, N failed" for the checker, for
-		# selftest.py, and once more when soak.py failed: summed
+		# selftest.py, and once more when soak.py failed: summed over
+		# both modes
 		read -r ok bad < <(sed -nE 's/^soak: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/p' "$out" |
 			awk '{ p += $1; f += $2 } END { print p + 0, f + 0 }')
-		if [ "$rc" != 0 ] && [ -f "$WORK/soak/history.jsonl" ]; then
-			# keep the history for a replay of the checker
-			keep=$(mktemp "${TEST_DIR_BASE:-/tmp}/pgqueue-soak-history.XXXXXX")
-			cp "$WORK/soak/history.jsonl" "$keep" && cp "$WORK/soak/server.log" "$keep.server.log"
-			log "soak history kept in $keep (replay: /usr/bin/python3 test/soak/checker.py $keep)"
-		fi
 		;;
 	fuzz)
 		# test/fuzz/run.sh: a server of its own (Unix socket in the run's

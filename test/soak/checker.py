@@ -73,19 +73,305 @@ database) and checks, from it alone:
 17. coverage: every kind of fault was injected, jobs were acked, failed,
     stolen and stale acks refused.
 
+The ring mode (ring.py; the start event says mode "ring") adds:
+R1. the ring turned: in both rings, turns (a slot made current: new
+    values of pgqueue.slots.since), slots made, truncated (a slot's
+    relfilenode changed), dropped, and rows moved (the scheduler's DEBUG1
+    lines in the server log), each more than 0: a soak whose ring never
+    turns proves nothing.
+R3. snapshots on the primary: a REPEATABLE READ reader reads every job
+    of pgqueue.jobs twice, seconds apart, after taking its snapshot: none
+    vanished, appeared or changed (the clock-made 'running' read as
+    'scheduled'), and ring_paused has as many jobs as soak_paused_pushed
+    rows (one per push, in the push's transaction).
+R4. acks, nacks and extends inside multi-statement transactions and
+    under REPEATABLE READ are refused only to a holder that lost the job
+    (as 6); a 40001 is a clean answer under REPEATABLE READ (made again),
+    never under READ COMMITTED; filtered blocking claims ran,
+    transactions committed and rolled back, REPEATABLE READ calls were
+    answered.  (Jobs such calls lose fail 7 and 14, as any lost job.)
+R5. pg_dump: every run succeeded (one whose connection was lost to an
+    injected crash is counted apart).
+R6. the restore of a dump into a database with a running scheduler: no
+    error from pg_restore.
+R7. after the restore and at the end: every job and archive row of the
+    dump is in the restored database, every queue setting as dumped, and
+    no pending job of a queue paused in the dump scheduled.
+R8. standby: a REPEATABLE READ reader that took its snapshot counts
+    ring_paused's jobs twice, seconds apart: both counts equal, and equal
+    to the soak_paused_pushed rows it sees; queries cancelled by a
+    replay conflict (or stalled 90 s behind one) are counted apart; no
+    crash in the standby's log.
+
     /usr/bin/python3 checker.py history.jsonl [--verbose] [--partial]
 
 --partial checks a run still going (or cut short): only what needs no final
-state (2, 3, 4, 5, 5b, 10, 12, 13, 13b, 15).
+state (2, 3, 4, 5, 5b, 10, 12, 13, 13b, 15, R3, R5).
 
 Prints one "ok N - ..." or "not ok N - ..." line per check, the figures,
 and "soak: N passed, N failed"; exits non-zero when a check failed.
 """
 import collections
 import json
+import re
 import sys
 
 EXAMPLES = 8
+
+
+# --- the ring mode's checks (ring.py) --------------------------------------------
+R1 = 'the ring turned: turns, slots made, truncated, dropped, rows moved, in both rings'
+R3 = 'snapshots on the primary: no job vanished, appeared or changed; a paused queue\'s jobs as its pushes'
+R4 = ('waiting claims, calls in multi-statement and REPEATABLE READ transactions: refused only to '
+      'holders that lost the job, 40001 only under REPEATABLE READ')
+R5 = 'pg_dump: every run succeeded'
+R6 = 'restore: pg_restore into a database with a running scheduler, without an error'
+R7 = ('restore: every job, archive row and queue setting of the dump in the restored database, '
+      'a paused queue\'s jobs not scheduled (at once and at the end)')
+R8 = ('standby: a REPEATABLE READ snapshot counts a paused queue\'s jobs as its pushes, twice '
+      'the same; no crash in its log')
+# a connection lost to a crash restart or an immediate stop: not pg_dump's answer
+LOST = re.compile(r'server closed the connection|terminating connection because of crash|'
+                  r'the database system is (in recovery mode|starting up|shutting down|'
+                  r'not yet accepting)|could not connect|connection to server .* failed|'
+                  r'no connection to the server|consuming input failed|'
+                  r'could not receive data from server|lost synchronization|'
+                  r'connection to database .* failed')
+
+
+def ring_checks(by, check, crashes, claims, p_refused):
+    """R1-R8 (the ring mode): checks the history's ring-mode events; returns
+    the figures."""
+    fig = {}
+
+    # --- R1. the ring turned ------------------------------------------------------
+    p = []
+    rings = sorted(by['ring'], key=lambda e: e['t'])
+    turns, made, truncated, dropped, most = {}, {}, {}, {}, {}
+    for tbl in ('queue', 'work_queue'):
+        first = {(s[1], s[3]) for s in rings[0]['slots'] if s[0] == tbl} if rings else set()
+        seen = set()
+        oids_first = {x[2] for x in rings[0]['parts'] if x[0] == tbl} if rings else set()
+        oids = set()
+        node = {}
+        trunc = 0
+        for e in rings:
+            seen |= {(s[1], s[3]) for s in e['slots'] if s[0] == tbl}
+            parts = [x for x in e['parts'] if x[0] == tbl]
+            most[tbl] = max(most.get(tbl, 0), len(parts))
+            for _, name, oid, fnode in parts:
+                oids.add(oid)
+                if oid in node and node[oid] != fnode:
+                    trunc += 1
+                node[oid] = fnode
+        last = {x[2] for x in rings[-1]['parts'] if x[0] == tbl} if rings else set()
+        turns[tbl] = len(seen - first)
+        made[tbl] = len(oids - oids_first)
+        truncated[tbl] = trunc
+        dropped[tbl] = len(oids - last)
+    log = by['ring_log'][0] if by['ring_log'] else {}
+    moved = log.get('moved', {})
+    for tbl in ('queue', 'work_queue'):
+        for what, d in (('turns', turns), ('slots made', made), ('truncates', truncated),
+                        ('slots dropped', dropped), ('rows moved', moved)):
+            if not d.get(tbl):
+                p.append('pgqueue.%s: no %s' % (tbl, what))
+    if not by['ring_log']:
+        p.append('no count of the server log\'s moves and drops')
+    fig.update(turns=turns, slots_made=made, truncates=truncated, drops=dropped,
+               rows_moved=moved, move_statements=log.get('moves', {}),
+               drops_logged=log.get('dropped', {}), most_slots=most,
+               upkeep_tried_again=log.get('upkeep', {}), ring_samples=len(rings),
+               other_schedulers_moves_drops=log.get('other', {}))
+    check(R1, p, 'turns %s, made %s, truncated %s, dropped %s, rows moved %s' % (
+        turns, made, truncated, dropped, moved))
+
+    # --- R3. snapshots on the primary ------------------------------------------
+    p = []
+    snaps = [e for e in by['snap'] if e['where'] == 'primary']
+    ok = [e for e in snaps if e['status'] == 'ok']
+    for e in ok:
+        at = 'snapshot of %.3f..%.3f' % (e['t0'], e['t1'])
+        if len(set(e['ref'])) > 1:
+            p.append('%s: soak_paused_pushed counted %s' % (at, e['ref']))
+        for i, c in enumerate(e['paused']):
+            if i + 1 < len(e['ref']) and c != e['ref'][i + 1]:
+                p.append('%s: read %d: %d jobs of ring_paused, %d pushes' % (at, i + 1, c, e['ref'][i + 1]))
+        for k in ('vanished', 'appeared'):
+            if e.get(k):
+                p.append('%s: %d jobs %s between the reads: %s' % (at, len(e[k]), k, e[k][:4]))
+        for i, a, b in e.get('changed', [])[:4]:
+            p.append('%s: job %s changed: %s -> %s' % (at, i, a, b))
+    if not ok:
+        p.append('no snapshot read twice on the primary')
+    fig['primary_snapshots'] = dict(ok=len(ok), errors=len(snaps) - len(ok),
+                                    rows_compared=sum(e.get('rows', 0) for e in ok))
+    check(R3, p, '%d snapshots read twice (%d jobs compared), %d ended by an error' % (
+        len(ok), sum(e.get('rows', 0) for e in ok), len(snaps) - len(ok)))
+
+    # --- R4. waiting claims, multi-statement and REPEATABLE READ calls -----------
+    p = list(p_refused)
+    calls = by['ack'] + by['nack'] + by['extend']
+    for e in calls + by['call_error']:
+        if e.get('sqlstate') == '40001' and e.get('ctx') != 'rr':
+            p.append('%s by %s (%s): 40001 under READ COMMITTED: %s' % (
+                e.get('call', e['ev']), e['holder'], e.get('ctx'), e.get('error', '')))
+    for e in by['tx']:
+        if e.get('sqlstate') == '40001':
+            p.append('a multi-statement transaction of %s (READ COMMITTED) ended by 40001 at %.3f' % (
+                e['holder'], e['t1']))
+    rr = [e for e in calls if e.get('ctx') == 'rr']
+    rr_ok = [e for e in rr if e['status'] == 'ok']
+    rr_40001 = sum(e.get('attempts', 0) for e in rr)
+    rr_gave_up = [e for e in rr if e['status'] == 'error' and e.get('sqlstate') == '40001']
+    for e in rr_gave_up:
+        p.append('%s of %s by %s: 40001 %d times in a row' % (e['ev'], e['id'], e['holder'],
+                                                            e.get('attempts', 0) + 1))
+    waits = [e for e in by['claim'] + by['idle'] if e.get('ctx') == 'wait']
+    waited = sum(1 for e in by['idle'] if e.get('ctx') == 'wait')
+    outcomes = collections.Counter(e['outcome'] for e in by['tx'])
+    tx_calls = [e for e in calls if e.get('ctx') == 'tx']
+    if not waits:
+        p.append('no filtered blocking claim')
+    if not outcomes.get('ok'):
+        p.append('no multi-statement transaction committed')
+    if not outcomes.get('rollback'):
+        p.append('no multi-statement transaction rolled back')
+    if not rr_ok:
+        p.append('no call under REPEATABLE READ answered')
+    fig['waiting_claims'] = dict(claims=sum(1 for e in by['claim'] if e.get('ctx') == 'wait'),
+                                 empty=waited)
+    fig['transactions'] = dict(outcomes, calls=len(tx_calls),
+                               claims=sum(1 for e in by['claim'] if e.get('ctx') == 'tx'))
+    fig['repeatable_read'] = dict(calls=len(rr), answered=len(rr_ok), serialization_failures=rr_40001,
+                                  refused=sum(1 for e in rr_ok if e['result'] in (None, False)),
+                                  most_attempts=max([e.get('attempts', 0) for e in rr] or [0]) + 1)
+    check(R4, p, 'waiting claims %s; transactions %s; REPEATABLE READ %s' % (
+        fig['waiting_claims'], fig['transactions'], fig['repeatable_read']))
+
+    # --- R5. pg_dump ---------------------------------------------------------------
+    p = []
+    dumps = by['dump']
+    cut = 0
+    for e in dumps:
+        if e['rc'] == 0:
+            continue
+        text = ' '.join(e['err'])
+        if LOST.search(text) and any(c0 - 1 < e['t1'] and c1 + 10 > e['t0'] for c0, c1 in crashes):
+            cut += 1
+            continue
+        p.append('pg_dump %d at %.3f..%.3f: exit %s: %s' % (e['n'], e['t0'], e['t1'], e['rc'],
+                                                           ' | '.join(e['err'][:3])))
+    if not dumps:
+        p.append('no pg_dump ran')
+    fig['pg_dump'] = dict(runs=len(dumps), failed=len(p) if dumps else 0, cut_by_a_crash=cut)
+    check(R5, p, '%d runs, %d failed, %d cut by an injected crash' % (
+        len(dumps), len(p) if dumps else 0, cut))
+
+    # --- R6, R7. the restore --------------------------------------------------------
+    p6, p7 = [], []
+    rs = by['restore'][0] if by['restore'] else None
+    if rs is None:
+        p6.append('no restore')
+    elif rs.get('dump') is None:
+        p6.append('no restore: %s' % rs.get('errors'))
+    else:
+        if rs['rc'] != 0 or rs.get('n_errors'):
+            p6.append('pg_restore of dump %d exited with %s, %d errors' % (
+                rs['dump'], rs['rc'], rs.get('n_errors', 0)))
+            p6.extend([l for l in rs['errors'] if 'error' in l][:EXAMPLES])
+        if rs.get('parse_rc'):
+            p7.append('the dump could not be read back (pg_restore -a: %s)' % rs['parse_rc'])
+        djobs = {j[0]: j for j in rs['dump_jobs']}
+        darch = set(rs['dump_archive'])
+        dq = rs['dump_queues']
+        paused_q = {q for q, v in dq.items() if v[3]}
+        checks = {e['when']: e for e in by['restore_check']}
+        for when in ('after', 'final'):
+            e = checks.get(when)
+            if e is None:
+                p7.append('no look at the restored database (%s)' % when)
+                continue
+            if e.get('error'):
+                p7.append('%s: %s' % (when, e['error']))
+                continue
+            rjobs = {j[0]: j for j in e['jobs']}
+            rwork = set(e['work'])
+            rarch = set(e['archive'])
+            missing = [i for i in djobs if i not in rjobs]
+            if missing:
+                p7.append('%s the restore: %d of the dump\'s %d jobs missing: %s' % (
+                    when, len(missing), len(djobs), missing[:4]))
+            amiss = [i for i in darch if i not in rarch]
+            if amiss:
+                p7.append('%s the restore: %d of the dump\'s %d archive rows missing: %s' % (
+                    when, len(amiss), len(darch), amiss[:4]))
+            for q, v in dq.items():
+                got = e['queues'].get(q)
+                if got != v:
+                    p7.append('%s the restore: queue %s: %s, dumped %s (weight, max_in_flight, '
+                              'max_tries, paused)' % (when, q, got, v))
+            sched = [i for i, j in djobs.items() if j[1] in paused_q and j[2] in ('pending', 'retry')
+                     and (i in rwork or rjobs.get(i, [None, None, None])[2] == 'scheduled')]
+            if sched:
+                p7.append('%s the restore: %d pending jobs of paused queues scheduled: %s' % (
+                    when, len(sched), sched[:4]))
+        fig['restore'] = dict(dump=rs['dump'], rc=rs['rc'], errors=rs.get('n_errors'),
+                              jobs=len(djobs), archive_rows=len(darch), queues=len(dq),
+                              seconds=round(rs['t1'] - rs['t0'], 1))
+    check(R6, p6, 'dump %s, %s jobs' % (rs and rs.get('dump'), rs and len(rs.get('dump_jobs', []))))
+    check(R7, p7)
+
+    # --- R8. the standby ------------------------------------------------------------
+    p = []
+    snaps = [e for e in by['snap'] if e['where'] == 'standby']
+    if by['start'] and not by['start'][0].get('standby', True):
+        snaps = None
+    if snaps is not None:
+        ok = [e for e in snaps if e['status'] == 'ok' and len(e['paused']) == 2]
+        cancelled = [e for e in snaps if e['status'] == 'cancelled']
+        # a query that waited 90 s (the replay of a TRUNCATE or DROP of a
+        # slot waits for the readers of the slot): counted apart, as the
+        # cancellations
+        stalled = [e for e in snaps if e['status'] == 'stalled']
+        errors = [e for e in snaps if e['status'] == 'error']
+        for e in ok:
+            at = 'standby snapshot of %.3f..%.3f' % (e['t0'], e['t1'])
+            if len(set(e['ref'])) > 1:
+                p.append('%s: soak_paused_pushed counted %s' % (at, e['ref']))
+            if e['paused'][0] != e['ref'][1]:
+                p.append('%s: %d jobs of ring_paused, %d pushes' % (at, e['paused'][0], e['ref'][1]))
+            if e['paused'][1] != e['paused'][0]:
+                p.append('%s: %d jobs of ring_paused, then %d' % (at, e['paused'][0], e['paused'][1]))
+        if not ok:
+            p.append('no snapshot counted twice on the standby')
+        log = by['standby_log'][0] if by['standby_log'] else None
+        if log:
+            for k, n in log['counts'].items():
+                if k.startswith('signal') or k in ('PANIC', 'TRAP:', 'was'):
+                    p.append('standby log: %d lines "%s"' % (n, k))
+        lags = [e['lag'] for e in snaps if e.get('lag') is not None]
+        fig['standby'] = dict(checks=len(ok), cancelled=len(cancelled), stalled=len(stalled),
+                              errors=len(errors),
+                              log=log['counts'] if log else None,
+                              max_replay_lag=round(max(lags), 1) if lags else None)
+        check(R8, p, '%d snapshots counted twice, %d cancelled by a replay conflict, %d stalled '
+              'over 90 s, %d other errors' % (len(ok), len(cancelled), len(stalled), len(errors)))
+    return fig
+
+
+def print_ring_figures(f):
+    print('ring figures:')
+    for tbl in ('queue', 'work_queue'):
+        print('    pgqueue.%s: %d turns, %d slots made (at most %d at once), %d truncates, '
+              '%d slots dropped, %d rows moved (%d moves)' % (
+                  tbl, f['turns'].get(tbl, 0), f['slots_made'].get(tbl, 0), f['most_slots'].get(tbl, 0),
+                  f['truncates'].get(tbl, 0), f['drops'].get(tbl, 0), f['rows_moved'].get(tbl, 0),
+                  f['move_statements'].get(tbl, 0)))
+    for k in ('waiting_claims', 'transactions', 'repeatable_read', 'primary_snapshots', 'pg_dump',
+              'restore', 'standby'):
+        if k in f:
+            print('    %s: %s' % (k.replace('_', ' '), json.dumps(f[k], sort_keys=True)))
 
 
 def main():
@@ -105,7 +391,8 @@ def main():
                   'no job that was not pushed', 'dedup: no second live job for a key',
                   'drained: work_queue empty, only failed jobs left',
                   'server log: no crash but the ones injected',
-                  'coverage: every fault kind, acks, failures, steals, stale acks')
+                  'coverage: every fault kind, acks, failures, steals, stale acks',
+                  R1, R4, R6, R7, R8)
 
     def check(name, problems, info=''):
         problems = list(problems)
@@ -313,8 +600,11 @@ def main():
         if not cl or cl[-1]['holder'] != a['holder']:
             continue        # check 5 (acks); nacks and extends need no more
         c = cl[-1]
+        # a claim inside a longer transaction (ring mode) holds the job for
+        # others from its COMMIT on
+        c_at = c.get('commit', c['t1'])
         for r in releases.get(a['holder'], []):
-            if r['ev'] == 'fault' and r['t0'] > c['t1'] and r['t1'] < a['t0']:
+            if r['ev'] == 'fault' and r['t0'] > c_at and r['t1'] < a['t0']:
                 p.append('%s: %s by %s accepted after pgq_release(%s) at %.3f..%.3f '
                          '(claimed v%d at %.3f)' % (a['id'], a['call'], a['holder'], a['holder'],
                                                     r['t0'], r['t1'], c['version'], c['t1']))
@@ -322,14 +612,17 @@ def main():
     for a in refused_all:
         cl = [c for c in claims.get(a['id'], []) if c['t1'] < a['t0']]
         if cl and cl[-1]['holder'] == a['holder'] and any(
-                r['ev'] == 'fault' and r['t0'] > cl[-1]['t1'] and r['t1'] < a['t0']
+                r['ev'] == 'fault' and r['t0'] > cl[-1].get('commit', cl[-1]['t1']) and r['t1'] < a['t0']
                 for r in releases.get(a['holder'], [])):
             n_after_release += 1
     check('no ack, nack or extend accepted from a holder released meanwhile', p,
           '%d refused after a release' % n_after_release)
 
     # --- 6. refused only to a holder that lost the job ------------------------
+    # (in the ring mode, the calls inside multi-statement and REPEATABLE
+    # READ transactions are check R4's)
     p = []
+    p_ring = []
     refused = acks_refused + \
         [dict(e, call='nack') for e in by['nack'] if e['status'] == 'ok' and e['result'] is None] + \
         [dict(e, call='extend') for e in by['extend'] if e['status'] == 'ok' and e['result'] is None]
@@ -353,10 +646,16 @@ def main():
             continue        # a claim we cannot see may have taken it
         if archive.get(jid) and any(x['holder'] == a['holder'] for x in acks_maybe.get(jid, [])):
             continue
-        p.append('%s: %s by %s refused though it made the latest claim (v%d) and was not released' % (
-            jid, a.get('call', 'ack'), a['holder'], c['version']))
-    check('acks, nacks, extends refused only to holders that lost the job', p,
-          '%d refused' % len(refused))
+        line = '%s: %s by %s refused though it made the latest claim (v%d) and was not released' % (
+            jid, a.get('call', 'ack'), a['holder'], c['version'])
+        if a.get('ctx') in ('tx', 'rr'):
+            p_ring.append('%s (%s)' % (line, {'tx': 'in a multi-statement transaction',
+                                              'rr': 'REPEATABLE READ'}[a['ctx']]))
+        else:
+            p.append(line)
+    ring = start.get('mode') == 'ring'
+    check('acks, nacks, extends refused only to holders that lost the job',
+          p + ([] if ring else p_ring), '%d refused' % len(refused))
 
     # --- 7/8. every pushed job acked once or failed ---------------------------
     p7, p8 = [], []
@@ -543,6 +842,9 @@ def main():
     # --- 13. not stuck --------------------------------------------------------
     p = []
     idle = sorted(by['idle'], key=lambda e: e['t0'])
+    rolled_back = collections.defaultdict(list)     # id -> [claim_rb]
+    for e in by['claim_rb']:
+        rolled_back[e['id']].append(e)
     idle_t0 = [e['t0'] for e in idle]
     import bisect
     probes = 0
@@ -550,6 +852,10 @@ def main():
         for jid, q, since in s['claimable']:
             # a row made claimable by pgq_release keeps its old `created`:
             # it was claimable only from the release on
+            # a claim rolled back (ring mode) held the row until its ROLLBACK
+            for rb in rolled_back.get(jid, []):
+                if rb['t0'] < s['t0']:
+                    since = max(since, rb['t1'])
             cl = [c for c in claims.get(jid, []) if c['t1'] < s['t0']]
             if cl and cl[-1]['t0'] > since - 0.01:
                 last = cl[-1]
@@ -694,6 +1000,8 @@ def main():
         p.append('no stale ack refused')
     check('coverage: every fault kind, acks, failures, steals, stale acks', p)
 
+    ring_figures = ring_checks(by, check, crashes, claims, p_ring) if ring else None
+
     # --- report ---------------------------------------------------------------
     passed = failed = 0
     for n, (name, problems, info) in enumerate(results, 1):
@@ -724,7 +1032,11 @@ def main():
         manual_passes=sum(e['passes'] for e in by['manual_passes']),
         manual_moved=sum(e['moved'] for e in by['manual_passes']),
     )
+    if ring_figures is not None:
+        figures['ring'] = ring_figures
     print('soak figures: %s' % json.dumps(figures, sort_keys=True))
+    if ring_figures is not None:
+        print_ring_figures(ring_figures)
     print('soak: %d passed, %d failed' % (passed, failed))
     sys.exit(1 if failed else 0)
 

@@ -5,6 +5,12 @@ sampler run against one server for --seconds, then the queues are drained and
 the final state of the database is appended to the history.  Every event goes
 to one JSONL file (--history), which checker.py reads; the checker needs
 nothing else, so a failed run can be checked again from its history alone.
+The drain ends when nothing is left, when only jobs 'scheduled' without a
+work_queue row (lost: no claim can take them) have been left for 10 s, or
+after --drain-seconds.
+
+--mode ring adds the workers of ring.py (the ring mode, issue 29: see there;
+run.sh sets up its server, standby and second database).
 
     /usr/bin/python3 soak.py --dsn 'host=... port=... dbname=soak' \
         --datadir DIR --pgbin BINDIR --logfile LOG --history FILE --seconds 180
@@ -105,6 +111,12 @@ class Soak:
         self.kill_commit = threading.Event()  # the next COMMIT kills its backend
         self.kill_lock = threading.Lock()
         self.kill_done = threading.Event()
+        self.crash_lock = threading.Lock()   # held by the injector during a crash fault
+        # the queues set up, paused, sampled and drained (a mode may add
+        # some: ring.py); the producers push into QUEUES
+        self.queues = dict(QUEUES)
+        self.no_pause = set()   # queues the injector leaves alone (pause, resume)
+        self.start_extra = {}   # a mode's settings, for the start event
 
     # --- connections -------------------------------------------------------
     def connect(self, app, stop=None, timeout=120):
@@ -175,7 +187,7 @@ class Soak:
         conn.execute('CREATE TABLE IF NOT EXISTS soak_done (id uuid NOT NULL, holder text NOT NULL, '
                      'at timestamptz NOT NULL DEFAULT clock_timestamp())')
         conn.commit()
-        for q, s in QUEUES.items():
+        for q, s in self.queues.items():
             self.configure(conn, q, retention='1 day', paused=False, **s)
         conn.close()
 
@@ -468,6 +480,11 @@ class Soak:
                 bag = kinds[:]
                 rng.shuffle(bag)
             kind = 'resume' if due else bag.pop()
+            # no crash while a mode's step that must not be cut runs (the
+            # ring mode's restore): it holds crash_lock
+            crash = kind in ('sigkill', 'restart')
+            if crash:
+                self.crash_lock.acquire()
             t0 = time.time()
             detail = {}
             try:
@@ -538,13 +555,14 @@ class Soak:
                     conn.commit()
                     detail = dict(key=key, released=r)
                 elif kind == 'pause':
-                    q = rng.choice([q for q in QUEUES if q not in [r[1] for r in resumes]] or list(QUEUES))
+                    pausable = [q for q in self.queues if q not in self.no_pause]
+                    q = rng.choice([q for q in pausable if q not in [r[1] for r in resumes]] or pausable)
                     detail = dict(q=q)
                     self.configure(conn, q, paused=True)
                     resumes.append((time.time() + rng.uniform(1, 6), q))
                     detail = dict(q=q)
                 elif kind == 'weight':
-                    q = rng.choice(list(QUEUES))
+                    q = rng.choice(list(self.queues))
                     w = rng.randint(1, 5)
                     detail = dict(q=q, weight=w)
                     self.configure(conn, q, weight=w)
@@ -564,10 +582,13 @@ class Soak:
                              error=type(e).__name__, **detail)
                 self.close(conn)
                 conn = None
+            finally:
+                if crash:
+                    self.crash_lock.release()
         # resume every queue before the drain (a pause whose COMMIT was
         # lost may have happened too)
         c = self.connect('soak-injector')
-        for q in QUEUES:
+        for q in self.queues:
             self.configure(c, q, paused=False)
         c.close()
         self.close(conn)
@@ -598,7 +619,7 @@ class Soak:
                     "SELECT id::text, queue, extract(epoch FROM run_after) FROM pgqueue.queue "
                     " WHERE state IN ('pending', 'retry') AND queue = ANY(%s) "
                     "   AND run_after < clock_timestamp() - interval '5 seconds' LIMIT 100",
-                    ([q for q in QUEUES if q not in CAPPED],)).fetchall()
+                    ([q for q in self.queues if q not in CAPPED],)).fetchall()
                 conn.commit()
                 t1 = time.time()
                 self.h.write('sample', wq=wq, claimable=[[i, q, float(s)] for i, q, s in cl],
@@ -650,8 +671,18 @@ class Soak:
                          max_tries=r[3], paused=r[4])
         conn.close()
 
+    def log_line(self, line):
+        """A line of the server log as the history quotes it."""
+        return line.strip()[:300]
+
+    def log_exempt(self, line):
+        """A name under which a line of the server log that would count as
+        an error is counted apart (a mode's expected errors), or None."""
+        return None
+
     def server_log(self):
         counts = {}
+        exempt = {}
         lines = []
         pat = re.compile(r'terminated by signal (\d+)|PANIC|TRAP:|was terminated by exception'
                          r'|server process .* exited with exit code|(ERROR|WARNING|FATAL):')
@@ -665,24 +696,38 @@ class Soak:
             with open(self.a.logfile, errors='replace') as f:
                 for line in f:
                     m = pat.search(line)
-                    if not m or expected.search(line):
+                    if not m or expected.search(line) or ' DEBUG:  ' in line:
+                        continue
+                    x = self.log_exempt(line)
+                    if x is not None:
+                        exempt[x] = exempt.get(x, 0) + 1
                         continue
                     k = ('signal %s' % m.group(1) if m.group(1) else
                          m.group(2) if m.group(2) else m.group(0).split()[0])
                     counts[k] = counts.get(k, 0) + 1
                     if len(lines) < 50 and not (m.group(1) == '9'):
-                        lines.append(line.strip()[:300])
+                        lines.append(self.log_line(line))
         except OSError as e:
             lines.append('cannot read log: %r' % e)
-        self.h.write('server_log', counts=counts, lines=lines)
+        self.h.write('server_log', counts=counts, lines=lines, exempt=exempt)
+
+    # --- a mode's hooks (ring.py) -----------------------------------------
+    def more_threads(self):
+        return []
+
+    def end_of_run(self, threads):
+        pass
+
+    def after_drain(self):
+        pass
 
     def run(self):
         a = self.a
-        self.h.write('start', seconds=a.seconds, seed=a.seed, queues=QUEUES,
+        self.h.write('start', seconds=a.seconds, seed=a.seed, queues=self.queues, mode=a.mode,
                      producers=a.producers, consumers=a.consumers,
                      manual_schedulers=a.manual_schedulers,
                      fault_interval=a.fault_interval, naptime=a.naptime,
-                     lease_choices=LEASES, pid=os.getpid())
+                     lease_choices=LEASES, pid=os.getpid(), **self.start_extra)
         self.setup()
         self.h.write('phase', name='run')
         threads = []
@@ -697,6 +742,11 @@ class Soak:
         for n in range(a.manual_schedulers):
             threads.append(('p', threading.Thread(target=self.guard, daemon=True,
                                                   args=('schedule%d' % n, self.manual_scheduler, n))))
+        # a mode's own workers: 'p' stop with the producers, 'c' with the
+        # consumers, 'r' at the end of the run before everything else
+        for kind, name, fn, args in self.more_threads():
+            threads.append((kind, threading.Thread(target=self.guard, daemon=True,
+                                                   args=(name, fn) + tuple(args))))
         threads.append(('f', threading.Thread(target=self.guard, daemon=True,
                                               args=('injector', self.injector))))
         threads.append(('s', threading.Thread(target=self.guard, daemon=True,
@@ -708,6 +758,7 @@ class Soak:
             time.sleep(1)
             if a.progress and int(time.time() - t_start) % 60 == 0:
                 print('soak: %d s' % int(time.time() - t_start), flush=True)
+        self.end_of_run(threads)
         # drain: no more pushes or faults, consumers finish everything
         self.stop_faults.set()
         self.stop_producers.set()
@@ -719,15 +770,29 @@ class Soak:
         self.h.write('phase', name='drain')
         conn = self.connect('soak-drain')
         deadline = time.time() + a.drain_seconds
+        orphaned_since = None
         while time.time() < deadline:
-            left = conn.execute("SELECT (SELECT count(*) FROM pgqueue.queue WHERE state <> 'failed') "
-                                "     + (SELECT count(*) FROM pgqueue.work_queue)").fetchone()[0]
+            # what is left, and of it the jobs 'scheduled' without a
+            # work_queue row (lost: no claim can ever take them)
+            left, orphans = conn.execute(
+                "SELECT (SELECT count(*) FROM pgqueue.queue WHERE state <> 'failed') "
+                "     + (SELECT count(*) FROM pgqueue.work_queue), "
+                "       (SELECT count(*) FROM pgqueue.queue q WHERE q.state = 'scheduled' "
+                "           AND NOT EXISTS (SELECT FROM pgqueue.work_queue w WHERE w.id = q.id))"
+                ).fetchone()
             conn.commit()
             if left == 0:
                 break
+            # only lost jobs left for 10 s: waiting longer drains nothing
+            if left == orphans:
+                orphaned_since = orphaned_since or time.time()
+                if time.time() - orphaned_since > 10:
+                    break
+            else:
+                orphaned_since = None
             time.sleep(0.5)
         conn.close()
-        self.h.write('phase', name='drained', left=left, t=time.time())
+        self.h.write('phase', name='drained', left=left, orphans=orphans, t=time.time())
         self.stop_consumers.set()
         for k, t in threads:
             if k == 'c':
@@ -740,6 +805,7 @@ class Soak:
                 t.join(30)
         self.h.write('phase', name='final')
         self.final_state()
+        self.after_drain()
         self.server_log()
         self.h.write('end', duration=time.time() - t_start, harness_errors=self.errors)
 
@@ -758,14 +824,26 @@ def main():
     p.add_argument('--push-pause', type=float, default=0.3)
     p.add_argument('--manual-schedulers', type=int, default=1,
                    help='sessions calling pgq_schedule() besides the background scheduler')
-    p.add_argument('--fault-interval', type=float, default=6.0)
+    p.add_argument('--fault-interval', type=float, default=None,
+                   help='mean seconds between faults (default 6, or seconds/20 for a run shorter '
+                   'than 120 s, so that every kind of fault comes round)')
     p.add_argument('--sample-interval', type=float, default=0.5)
     p.add_argument('--sizes-interval', type=float, default=10)
     p.add_argument('--naptime', type=float, default=0.25)
     p.add_argument('--seed', type=int, default=int(time.time()))
     p.add_argument('--progress', action='store_true')
-    a = p.parse_args()
-    Soak(a).run()
+    p.add_argument('--mode', choices=['faults', 'ring'], default='faults',
+                   help='ring: the ring mode\'s workers too (ring.py; its options there)')
+    a, rest = p.parse_known_args()
+    if a.fault_interval is None:
+        a.fault_interval = min(6.0, max(1.5, a.seconds / 20))
+    if a.mode == 'ring':
+        import ring
+        ring.main(a, rest)
+    else:
+        if rest:
+            p.error('unrecognized arguments: %s' % ' '.join(rest))
+        Soak(a).run()
 
 
 if __name__ == '__main__':
