@@ -88,7 +88,13 @@ def human(n):
 class Bench:
     def __init__(self, args):
         self.args = args
-        self.conf = QUICK if args.quick else FULL
+        self.conf = json.loads(json.dumps(QUICK if args.quick else FULL))
+        if args.rounds:
+            # --rounds N: every workload's rounds (bench/ab.sh runs one at a time)
+            for c in self.conf.values():
+                for k in ("rounds", "rounds_1m"):
+                    if k in c:
+                        c[k] = args.rounds
         self.cfg = {"host": args.host, "port": args.port, "user": args.user, "dbname": args.dbname}
         self.workdir = args.workdir
         self.logdir = os.path.join(self.workdir, "pgbench-logs")
@@ -763,6 +769,8 @@ def main():
     p.add_argument("--user", default="postgres")
     p.add_argument("--dbname", default="bench")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--rounds", type=int, default=0,
+                   help="rounds of every workload (default: 3, quick: 1)")
     p.add_argument("--only", default="a,b,c,d,e,f,g")
     p.add_argument("--wl-systems", default="",
                    help="per-workload systems, e.g. 'c=4 d=4 f=1,4' (others: --systems)")

@@ -5,7 +5,7 @@
 #
 #   bash bench/run.sh [--quick] [--only a,b,c,d,e,f,g] [--systems 1,2,3,4]
 #                     [--wl-systems 'c=4 d=4 f=1,4'] [--out FILE] [--keep]
-#                     [--mock-pgqueue] [--no-install]
+#                     [--mock-pgqueue] [--no-install] [--rounds N]
 #
 # Environment: BENCH_DIR (parent of the throwaway directory, default /tmp),
 #              BENCH_PORT (default 55433), PG_CONFIG (the server installation
@@ -29,6 +29,7 @@ INSTALL=1
 OUT="$HERE/RESULTS.md"
 KEEP=0
 MOCK=""
+ROUNDS=""
 COMMAND="bash bench/run.sh $*"
 
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -45,6 +46,8 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift ;;
         --out=*) OUT="${1#*=}" ;;
         --keep) KEEP=1 ;;
+        --rounds) ROUNDS="$2"; shift ;;
+        --rounds=*) ROUNDS="${1#*=}" ;;
         --mock-pgqueue) MOCK="--mock-pgqueue" ;;
         -h|--help) usage 0 ;;
         *) echo "run.sh: unknown option $1" >&2; usage 2 ;;
@@ -56,6 +59,7 @@ log() { echo "[$(date +%H:%M:%S)] $*"; }
 
 [[ $ONLY =~ ^[a-g](,[a-g])*$ ]] || { echo "run.sh: --only takes workloads a-g, e.g. a,c" >&2; exit 2; }
 [[ $SYSTEMS =~ ^(sys)?[1-6](,(sys)?[1-6])*$ ]] || { echo "run.sh: --systems takes 1-6, e.g. 1,2,4" >&2; exit 2; }
+[ -z "$ROUNDS" ] || [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rounds takes a number of rounds" >&2; exit 2; }
 mkdir -p "$(dirname "$OUT")" || { echo "run.sh: cannot create the directory of $OUT" >&2; exit 2; }
 
 # ---------------------------------------------------------------- packages
@@ -179,7 +183,7 @@ fi
 # ---------------------------------------------------------------- workloads
 start=$(date +%s)
 "$PY" "$HERE/driver.py" --host "$SOCK" --port "$PORT" --user postgres --dbname bench \
-    $QUICK $MOCK --only "$ONLY" --systems "$SYSTEMS" --wl-systems "$WL_SYSTEMS" --workdir "$WORK" \
+    $QUICK $MOCK ${ROUNDS:+--rounds "$ROUNDS"} --only "$ONLY" --systems "$SYSTEMS" --wl-systems "$WL_SYSTEMS" --workdir "$WORK" \
     --settings "$DATA/bench.conf" --out "$OUT" --raw "${OUT%.md}.jsonl" \
     --command "$COMMAND" --pgqueue-status "$PGQ_STATUS" --pgqueue-reason "$PGQ_REASON"
 log "workloads took $(( $(date +%s) - start )) s"
