@@ -346,6 +346,8 @@ extern void pgq_uuid7(pg_uuid_t *uuid);
 
 
 /* api.c helpers shared with schedule.c, admin.c and archive.c */
+extern int	pgq_spi_ddl(const char *sql);
+extern bool pgq_in_own_ddl(void);
 extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
 								int nargs, Oid *argtypes);
 extern PgqLayout pgq_layout(void);
