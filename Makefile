@@ -11,6 +11,7 @@ OBJS = \
 	src/ring.o \
 	src/worker.o \
 	src/launcher.o \
+	src/hook.o \
 	src/shmem.o \
 	src/publish.o \
 	src/bounds.o \

@@ -110,6 +110,7 @@ pgq_launcher_main(Datum main_arg)
 	PgqLaunchedDb *dbs;
 	int			i;
 
+	pgq_is_pgqueue_process = true;
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();

@@ -15,6 +15,7 @@
  * src/admin.c		the operator API: retry, cancel, purge, periodic jobs
  * src/archive.c	pgqueue.archive: writing finished jobs, its partitions
  * src/ring.c		the slots of queue and work_queue: the view, the rings
+ * src/hook.c		the utility hook: restores pause the scheduler
  *
  *-------------------------------------------------------------------------
  */
@@ -45,6 +46,16 @@
 #define PGQ_MAX_RETENTION_USECS	(INT64CONST(365) * USECS_PER_DAY)	/* pgq_configure */
 #define PGQ_MAX_PERIOD_USECS	(INT64CONST(365) * USECS_PER_DAY)	/* pgq_push_periodic */
 #define PGQ_MAX_DATABASES		32		/* entries of pgqueue.database */
+
+/*
+ * A scheduler pauses while a session loads pgqueue's tables in its database
+ * (a restore), and for this long after its latest such statement or its
+ * end (hook.c): long enough to cover the gap between the sections of a
+ * restore run as separate pg_restore invocations.
+ */
+#define PGQ_RESTORE_GRACE_SECS	60
+/* How long such a session waits, at most, for a pass already under way. */
+#define PGQ_RESTORE_WAIT_MS		5000
 
 /* max_tries of a queue without settings (pgq_configure, pgqueue.queues) */
 #define PGQ_DEFAULT_MAX_TRIES	5
@@ -159,6 +170,14 @@ extern void pgq_shmem_install_hooks(void);
 extern void pgq_scheduler_attach(int dbindex);
 extern bool pgq_scheduler_register(int dbindex);
 extern pid_t pgq_scheduler_running(int dbindex);
+extern bool pgq_restore_note(void);
+extern bool pgq_restore_pass_begin(pid_t *restorer);
+extern void pgq_restore_pass_end(void);
+extern void pgq_restore_forget(void);
+
+/* hook.c */
+extern bool pgq_is_pgqueue_process;
+extern void pgq_hook_install(void);
 
 /* publish.c */
 extern void pgq_xact_callbacks_register(void);
@@ -189,6 +208,7 @@ extern void pgq_bounds_at_xact_end(bool commit);
 extern int	pgq_schedule_pass(int max_items);
 extern TimestampTz pgq_schedule_next_due(void);
 extern void pgq_schedule_at_xact_end(bool commit);
+extern void pgq_schedule_forget(void);
 
 /* claim.c */
 extern void pgq_claim_jobs(ReturnSetInfo *rsinfo, text *key, int max_items,

@@ -52,6 +52,18 @@ typedef struct PgqReadyNote
 	char		queue[PGQ_MAX_NAME_BYTES + 1];
 } PgqReadyNote;
 
+/*
+ * A session that loads or builds pgqueue's tables directly (a restore: see
+ * hook.c) in a database; pid 0: a free entry.
+ */
+#define PGQ_MAX_RESTORERS 8
+
+typedef struct PgqRestorer
+{
+	pid_t		pid;
+	TimestampTz last;			/* the start of its latest such statement */
+} PgqRestorer;
+
 /* What pgqueue keeps per database. */
 typedef struct PgqDbSlot
 {
@@ -65,6 +77,12 @@ typedef struct PgqDbSlot
 	slock_t		ready_mutex;	/* protects ready_seq and ready[] */
 	uint64		ready_seq;		/* notes written so far */
 	PgqReadyNote ready[PGQ_READY_RING];
+	slock_t		restore_mutex;	/* protects the three fields below */
+	PgqRestorer restorers[PGQ_MAX_RESTORERS];
+	TimestampTz restore_last;	/* latest statement or end of a restorer
+								 * no longer listed; 0: none */
+	bool		pass_busy;		/* its scheduler is in a pass that it began
+								 * while no restore was listed */
 } PgqDbSlot;
 
 typedef struct PgqShared
@@ -84,5 +102,6 @@ extern PgqDbSlot *pgq_my_slot(void);
 
 /* bounds.c */
 extern void pgq_bounds_reset(PgqDbSlot *slot);
+extern void pgq_bounds_lower_all(PgqDbSlot *slot);
 
 #endif							/* PGQUEUE_SHMEM_H */
