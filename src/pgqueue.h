@@ -15,7 +15,8 @@
  * src/admin.c		the operator API: retry, cancel, purge, periodic jobs
  * src/archive.c	pgqueue.archive: writing finished jobs, its partitions
  * src/ring.c		the slots of queue and work_queue: the view, the rings
- * src/hook.c		the utility hook: restores pause the scheduler
+ * src/hook.c		the utility hook: restores pause the scheduler, and
+ *					database commands hold it off
  *
  *-------------------------------------------------------------------------
  */
@@ -56,6 +57,12 @@
 #define PGQ_RESTORE_GRACE_SECS	60
 /* How long such a session waits, at most, for a pass already under way. */
 #define PGQ_RESTORE_WAIT_MS		5000
+/*
+ * How long a CREATE, ALTER or DROP DATABASE waits, at most, for the
+ * scheduler it holds off to be gone before it runs (hook.c); the command
+ * then waits up to 5 s more for other sessions itself.
+ */
+#define PGQ_HOLD_WAIT_MS		10000
 
 /* max_tries of a queue without settings (pgq_configure, pgqueue.queues) */
 #define PGQ_DEFAULT_MAX_TRIES	5
@@ -174,6 +181,11 @@ extern bool pgq_restore_note(void);
 extern bool pgq_restore_pass_begin(pid_t *restorer);
 extern void pgq_restore_pass_end(void);
 extern void pgq_restore_forget(void);
+extern bool pgq_hold_take(int dbindex, pid_t *running);
+extern void pgq_hold_release(void);
+extern bool pgq_scheduler_held(int dbindex);
+extern pid_t pgq_hold_holder(int dbindex);
+extern void pgq_launcher_attach(void);
 
 /* hook.c */
 extern bool pgq_is_pgqueue_process;

@@ -4,7 +4,9 @@
  *		pgqueue's shared memory: the cumulative counters and one slot per
  *		database (its scheduler's latch, the condition variable blocking
  *		claims sleep on, its scan bounds, the sessions restoring into it).
- *		What goes into it is published by publish.c and bounds.c.
+ *		What goes into it is published by publish.c and bounds.c.  Also
+ *		who runs: the schedulers and the launcher, and the holds that keep
+ *		a database's scheduler off (hook.c).
  *
  * All of this exists only when the library is in shared_preload_libraries;
  * otherwise pgq_shared is NULL and every lookup here finds no slot.
@@ -35,6 +37,8 @@ static void pgq_shmem_startup(void);
 static void pgq_scheduler_detach(int code, Datum arg);
 static void pgq_scheduler_unregister(int code, Datum arg);
 static void pgq_restore_unlist(int code, Datum arg);
+static void pgq_hold_release_at_exit(int code, Datum arg);
+static bool pgq_held_locked(int dbindex);
 
 /* Install the shared memory hooks; called from _PG_init when preloading. */
 void
@@ -75,6 +79,9 @@ pgq_shmem_startup(void)
 			pg_atomic_init_u64(&pgq_shared->counters[i], 0);
 		for (i = 0; i < PGQ_MAX_DATABASES; i++)
 			pgq_shared->scheduler_pid[i] = 0;
+		for (i = 0; i < PGQ_MAX_HOLDS; i++)
+			pgq_shared->holds[i].pid = 0;
+		pgq_shared->launcher_procno = -1;
 		for (i = 0; i < PGQ_DB_SLOTS; i++)
 		{
 			pgq_shared->slots[i].dboid = InvalidOid;
@@ -161,10 +168,11 @@ pgq_scheduler_detach(int code, Datum arg)
 /*
  * Register the calling process as the scheduler of the database with index
  * dbindex in pgqueue.database.  False when another live scheduler of that
- * database is registered (the caller must exit); the registration ends when
- * the process exits.  The launcher reads it (pgq_scheduler_running) to know
- * which databases have a scheduler, also those started by a launcher before
- * it.
+ * database is registered, or a backend holds the database's scheduler off
+ * (pgq_hold_take): the caller must exit, before it connects to the
+ * database.  The registration ends when the process exits.  The launcher
+ * reads it (pgq_scheduler_running) to know which databases have a
+ * scheduler, also those started by a launcher before it.
  */
 bool
 pgq_scheduler_register(int dbindex)
@@ -174,7 +182,7 @@ pgq_scheduler_register(int dbindex)
 	if (pgq_shared == NULL || dbindex < 0 || dbindex >= PGQ_MAX_DATABASES)
 		return false;
 	SpinLockAcquire(&pgq_shared->mutex);
-	ok = (pgq_shared->scheduler_pid[dbindex] == 0);
+	ok = (pgq_shared->scheduler_pid[dbindex] == 0 && !pgq_held_locked(dbindex));
 	if (ok)
 		pgq_shared->scheduler_pid[dbindex] = MyProcPid;
 	SpinLockRelease(&pgq_shared->mutex);
@@ -396,4 +404,145 @@ pgq_restore_pass_end(void)
 	SpinLockAcquire(&my_slot->restore_mutex);
 	my_slot->pass_busy = false;
 	SpinLockRelease(&my_slot->restore_mutex);
+}
+
+/* ----------------------------------------------------------------
+ * Holds: backends that keep a database's scheduler off (hook.c)
+ * ----------------------------------------------------------------
+ */
+
+/* Whether a backend holds off the scheduler of dbindex; mutex held. */
+static bool
+pgq_held_locked(int dbindex)
+{
+	int			i;
+
+	for (i = 0; i < PGQ_MAX_HOLDS; i++)
+		if (pgq_shared->holds[i].pid != 0 && pgq_shared->holds[i].dbindex == dbindex)
+			return true;
+	return false;
+}
+
+/*
+ * Hold off the scheduler of the database with index dbindex in
+ * pgqueue.database: the launcher does not start it, and a running one exits
+ * between passes (pgq_scheduler_held), until pgq_hold_release or this
+ * backend's end.  *running is the pid of the scheduler that ran when the
+ * hold was taken (0: none; a scheduler that registers later sees the hold
+ * and exits before it connects).  False when every entry is taken
+ * (PGQ_MAX_HOLDS backends hold schedulers off at once): then no hold.
+ */
+bool
+pgq_hold_take(int dbindex, pid_t *running)
+{
+	static bool exit_callback = false;
+	bool		ok = false;
+	int			i;
+
+	*running = 0;
+	if (pgq_shared == NULL || dbindex < 0 || dbindex >= PGQ_MAX_DATABASES)
+		return false;
+	if (!exit_callback)
+	{
+		before_shmem_exit(pgq_hold_release_at_exit, (Datum) 0);
+		exit_callback = true;
+	}
+	SpinLockAcquire(&pgq_shared->mutex);
+	for (i = 0; i < PGQ_MAX_HOLDS && !ok; i++)
+		if (pgq_shared->holds[i].pid == 0)
+		{
+			pgq_shared->holds[i].pid = MyProcPid;
+			pgq_shared->holds[i].dbindex = dbindex;
+			ok = true;
+		}
+	*running = pgq_shared->scheduler_pid[dbindex];
+	SpinLockRelease(&pgq_shared->mutex);
+	return ok;
+}
+
+/*
+ * Release every hold of this backend, and wake the launcher so that it
+ * starts the schedulers again at once.
+ */
+void
+pgq_hold_release(void)
+{
+	int			procno;
+	int			i;
+
+	if (pgq_shared == NULL)
+		return;
+	SpinLockAcquire(&pgq_shared->mutex);
+	for (i = 0; i < PGQ_MAX_HOLDS; i++)
+		if (pgq_shared->holds[i].pid == MyProcPid)
+			pgq_shared->holds[i].pid = 0;
+	procno = pgq_shared->launcher_procno;
+	SpinLockRelease(&pgq_shared->mutex);
+	if (procno >= 0)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+static void
+pgq_hold_release_at_exit(int code, Datum arg)
+{
+	pgq_hold_release();
+}
+
+/* For a scheduler, between passes: whether a backend holds it off. */
+bool
+pgq_scheduler_held(int dbindex)
+{
+	bool		held;
+
+	if (pgq_shared == NULL || dbindex < 0 || dbindex >= PGQ_MAX_DATABASES)
+		return false;
+	SpinLockAcquire(&pgq_shared->mutex);
+	held = pgq_held_locked(dbindex);
+	SpinLockRelease(&pgq_shared->mutex);
+	return held;
+}
+
+/*
+ * For the launcher: the pid of a live backend that holds off the scheduler
+ * of dbindex, or 0.  The holds of backends that are gone (one that died
+ * before it could release them) are released here.
+ */
+pid_t
+pgq_hold_holder(int dbindex)
+{
+	PgqHold		holds[PGQ_MAX_HOLDS];
+	pid_t		holder = 0;
+	int			i;
+
+	if (pgq_shared == NULL)
+		return 0;
+	SpinLockAcquire(&pgq_shared->mutex);
+	memcpy(holds, pgq_shared->holds, sizeof(holds));
+	SpinLockRelease(&pgq_shared->mutex);
+	for (i = 0; i < PGQ_MAX_HOLDS; i++)
+	{
+		if (holds[i].pid == 0 || holds[i].dbindex != dbindex)
+			continue;
+		if (BackendPidGetProc(holds[i].pid) != NULL)
+		{
+			holder = holds[i].pid;
+			continue;
+		}
+		SpinLockAcquire(&pgq_shared->mutex);
+		if (pgq_shared->holds[i].pid == holds[i].pid)
+			pgq_shared->holds[i].pid = 0;
+		SpinLockRelease(&pgq_shared->mutex);
+	}
+	return holder;
+}
+
+/* Make the calling process the launcher that pgq_hold_release wakes. */
+void
+pgq_launcher_attach(void)
+{
+	if (pgq_shared == NULL)
+		return;
+	SpinLockAcquire(&pgq_shared->mutex);
+	pgq_shared->launcher_procno = MyProc->pgprocno;
+	SpinLockRelease(&pgq_shared->mutex);
 }

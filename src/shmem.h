@@ -64,6 +64,19 @@ typedef struct PgqRestorer
 	TimestampTz last;			/* the start of its latest such statement */
 } PgqRestorer;
 
+/*
+ * A backend that holds a database's scheduler off (CREATE DATABASE from it
+ * as a template, ALTER DATABASE ... RENAME or SET TABLESPACE, DROP
+ * DATABASE: see hook.c); pid 0: a free entry.
+ */
+#define PGQ_MAX_HOLDS 16
+
+typedef struct PgqHold
+{
+	pid_t		pid;
+	int			dbindex;		/* in pgqueue.database */
+} PgqHold;
+
 /* What pgqueue keeps per database. */
 typedef struct PgqDbSlot
 {
@@ -87,12 +100,15 @@ typedef struct PgqDbSlot
 
 typedef struct PgqShared
 {
-	slock_t		mutex;			/* protects slots[].dboid and scheduler_pid[] */
+	slock_t		mutex;			/* protects slots[].dboid, scheduler_pid[],
+								 * holds[] and launcher_procno */
 	TimestampTz stats_reset;
 	pg_atomic_uint64 counters[PGQ_NUM_COUNTERS];
 	pid_t		scheduler_pid[PGQ_MAX_DATABASES];	/* by index in pgqueue.database:
 													 * the running scheduler, or 0
 													 * (launcher.c) */
+	PgqHold		holds[PGQ_MAX_HOLDS];
+	int			launcher_procno;	/* pgprocno of the launcher, or -1 */
 	PgqDbSlot	slots[PGQ_DB_SLOTS];
 } PgqShared;
 

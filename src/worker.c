@@ -18,7 +18,10 @@
  *
  * SIGTERM ends the loop between passes and the worker exits with code 0,
  * which the postmaster logs at DEBUG1 only; the launcher, told by the
- * postmaster, starts it again unless the server is shutting down.
+ * postmaster, starts it again unless the server is shutting down.  So does
+ * a hold of a CREATE, ALTER or DROP DATABASE that needs it gone (hook.c),
+ * which also sends SIGTERM; the launcher starts it again once the hold is
+ * released.
  *
  *-------------------------------------------------------------------------
  */
@@ -102,7 +105,10 @@ pgq_scheduler_main(Datum main_arg)
 
 	pgq_is_pgqueue_process = true;
 
-	/* another scheduler of this database runs (started by an earlier launcher) */
+	/*
+	 * Another scheduler of this database runs (started by an earlier
+	 * launcher), or a command holds it off (hook.c): exit before connecting.
+	 */
 	if (!pgq_scheduler_register(dbindex))
 		proc_exit(0);
 
@@ -135,6 +141,8 @@ pgq_scheduler_main(Datum main_arg)
 		TimestampTz last_pass_end;
 
 		CHECK_FOR_INTERRUPTS();
+		if (pgq_scheduler_held(dbindex))
+			break;				/* a database command needs it gone (hook.c) */
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
