@@ -12,6 +12,7 @@ OBJS = \
 	src/retire.o \
 	src/worker.o \
 	src/launcher.o \
+	src/hook.o \
 	src/shmem.o \
 	src/publish.o \
 	src/bounds.o \

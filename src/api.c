@@ -70,6 +70,40 @@ static Datum *pgq_ids_arg(FunctionCallInfo fcinfo, int argno, int *n);
  * ----------------------------------------------------------------
  */
 
+/* Depth of pgq_spi_ddl calls under way in this backend. */
+static int	own_ddl_depth = 0;
+
+/*
+ * Run one statement of pgqueue's own DDL (a slot or archive partition made,
+ * truncated, attached or dropped) through SPI; returns SPI_execute's code.
+ * While it runs, the utility hook does not take the statement for a
+ * restore (hook.c: pgq_in_own_ddl).  The caller is connected to SPI.
+ */
+int
+pgq_spi_ddl(const char *sql)
+{
+	int			rc;
+
+	own_ddl_depth++;
+	PG_TRY();
+	{
+		rc = SPI_execute(sql, false, 0);
+	}
+	PG_FINALLY();
+	{
+		own_ddl_depth--;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
+/* Whether a statement runs for pgq_spi_ddl (the utility hook asks). */
+bool
+pgq_in_own_ddl(void)
+{
+	return own_ddl_depth > 0;
+}
+
 /*
  * Return the kept plan in *cache, preparing and keeping it first if needed.
  * The caller must be connected to SPI.

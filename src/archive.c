@@ -170,8 +170,9 @@ pgq_archive_make(Oid relid, TimestampTz from, TimestampTz to)
  * day: a table like archive with its index on id, then attached (CREATE
  * TABLE ... PARTITION OF would lock archive ACCESS EXCLUSIVE, against every
  * ack).  The bounds are made here, not given by a user, and go in as
- * quoted literals in UTC.  The caller holds SHARE UPDATE EXCLUSIVE on
- * archive and does not have it open.
+ * quoted literals in UTC.  Run as pgqueue's own DDL (pgq_spi_ddl), which
+ * the utility hook does not take for a restore.  The caller holds SHARE
+ * UPDATE EXCLUSIVE on archive and does not have it open.
  */
 static void
 pgq_archive_create_day(TimestampTz day)
@@ -195,13 +196,13 @@ pgq_archive_create_day(TimestampTz day)
 					 "CREATE TABLE pgqueue.%s"
 					 " (LIKE pgqueue.archive INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
 					 quote_identifier(name));
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+	if (pgq_spi_ddl(sql.data) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create archive partition %s", name);
 	/* its own index, not a partition of one (see pgqueue--1.1.sql) */
 	resetStringInfo(&sql);
 	appendStringInfo(&sql, "CREATE INDEX %s ON pgqueue.%s (id)",
 					 quote_identifier(psprintf("%s_id_idx", name)), quote_identifier(name));
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+	if (pgq_spi_ddl(sql.data) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create the index of archive partition %s", name);
 	resetStringInfo(&sql);
 	appendStringInfo(&sql,
@@ -210,7 +211,7 @@ pgq_archive_create_day(TimestampTz day)
 					 quote_identifier(name),
 					 quote_literal_cstr(psprintf("%04d-%02d-%02d 00:00:00+00", y, m, d)),
 					 quote_literal_cstr(psprintf("%04d-%02d-%02d 00:00:00+00", y2, m2, d2)));
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+	if (pgq_spi_ddl(sql.data) != SPI_OK_UTILITY)
 		elog(ERROR, "could not attach archive partition %s", name);
 	SPI_finish();
 }

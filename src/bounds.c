@@ -103,6 +103,10 @@
  *	 subtransactions    lowerings and holds stay when one rolls back: a
  *						lowering too many costs only a longer walk.
  *	 two-phase commit   at PREPARE the lowerings are dropped: rule 7.
+ *	 restore            rows loaded by COPY, behind the API's back, while
+ *						the scheduler paused (hook.c): when it resumes it
+ *						lowers every bound to its lowest key and makes a
+ *						full walk due (pgq_bounds_lower_all): rules 6, 7.
  *	 hot standby        claims fail their read-only check before reading a
  *						bound and passes do not run, so a promoted standby's
  *						bounds were never raised.
@@ -169,6 +173,27 @@ pgq_bounds_reset(PgqDbSlot *slot)
 		slot->bounds[b].sets = 0;
 		slot->bounds[b].next_full = 0;
 	}
+}
+
+/*
+ * Rules 6 and 7 for every bound of slot at once: rows were written behind
+ * the API's back (a restore, hook.c).  Each bound and its low go to the
+ * lowest key, and a full walk is due; the tickets are kept (rule 2: a walk
+ * under way stores no more than low, now the lowest key).
+ */
+void
+pgq_bounds_lower_all(PgqDbSlot *slot)
+{
+	int			b;
+
+	SpinLockAcquire(&slot->bound_mutex);
+	for (b = 0; b < PGQ_NUM_BOUNDS; b++)
+	{
+		slot->bounds[b].bound = pgq_key_min;
+		slot->bounds[b].low = pgq_key_min;
+		slot->bounds[b].next_full = 0;
+	}
+	SpinLockRelease(&slot->bound_mutex);
 }
 
 /*

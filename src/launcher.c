@@ -44,6 +44,13 @@
  * started in shared memory (pgq_scheduler_running); only their starter is
  * told when they stop, so it looks at those every second.
  *
+ * Holds.  A backend that runs CREATE DATABASE from a database of
+ * pgqueue.database, or ALTER DATABASE ... RENAME, ALTER DATABASE ... SET
+ * TABLESPACE or DROP DATABASE on one, holds its scheduler off while the
+ * command runs (hook.c): the launcher does not start it until the hold is
+ * released, which sets the launcher's latch, or until the holding backend
+ * is gone (a hold of a backend that died is released here).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -110,10 +117,12 @@ pgq_launcher_main(Datum main_arg)
 	PgqLaunchedDb *dbs;
 	int			i;
 
+	pgq_is_pgqueue_process = true;
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgq_launcher_attach();		/* a released hold sets its latch (shmem.c) */
 
 	dbs = MemoryContextAllocZero(TopMemoryContext,
 								 sizeof(PgqLaunchedDb) * Max(ndb, 1));
@@ -187,6 +196,14 @@ pgq_launcher_tend(PgqLaunchedDb *db, int dbindex)
 		return PGQ_LAUNCHER_RECHECK_MS;
 	}
 
+	/*
+	 * Held off by a backend that runs CREATE DATABASE from it, or ALTER or
+	 * DROP DATABASE on it (hook.c): not started until the hold is released,
+	 * which sets our latch, or its backend is gone.
+	 */
+	if (pgq_hold_holder(dbindex) != 0)
+		return PGQ_LAUNCHER_RECHECK_MS;
+
 	now = GetCurrentTimestamp();
 	if (db->started != 0 &&
 		!TimestampDifferenceExceeds(db->started, now, PGQ_RESTART_MS))
@@ -200,9 +217,12 @@ pgq_launcher_tend(PgqLaunchedDb *db, int dbindex)
 		/*
 		 * A DROP DATABASE in progress holds its database's lock until it
 		 * commits, and terminates the scheduler first (WITH (FORCE), or as
-		 * it waits for the other sessions to go): wait for it, and look
-		 * again, lest the scheduler started meanwhile fail to connect to a
-		 * database that is gone (a FATAL and an "exited with exit code 1").
+		 * it waits for the other sessions to go), as does ALTER DATABASE
+		 * ... RENAME (whose hold on the scheduler, hook.c, ends before it
+		 * commits): wait for it, and look again, lest the scheduler started
+		 * meanwhile fail to connect to a database that is gone (a FATAL and
+		 * an "exited with exit code 1") or run under a name that
+		 * pgqueue.database does not give.
 		 */
 		StartTransactionCommand();
 		LockSharedObject(DatabaseRelationId, dboid, 0, AccessShareLock);
@@ -211,7 +231,13 @@ pgq_launcher_tend(PgqLaunchedDb *db, int dbindex)
 	}
 	if (state != PGQ_DB_OK)
 	{
-		if (state != db->logged && state == PGQ_DB_MISSING)
+		if (state != db->logged && state == PGQ_DB_MISSING && db->had_scheduler)
+			ereport(LOG,
+					(errmsg("pgqueue launcher: database \"%s\" named in pgqueue.database does not exist",
+							db->name),
+					 errdetail("It was dropped or renamed while its scheduler ran."),
+					 errhint("For a scheduler under its new name, change pgqueue.database and restart the server.")));
+		else if (state != db->logged && state == PGQ_DB_MISSING)
 			ereport(LOG,
 					(errmsg("pgqueue launcher: database \"%s\" named in pgqueue.database does not exist",
 							db->name),

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * pgqueue.c
- *		Entry point of the pgqueue extension: GUCs, shared memory hooks and
- *		the registration of the launcher background worker.
+ *		Entry point of the pgqueue extension: GUCs, shared memory hooks, the
+ *		utility hook and the registration of the launcher background worker.
  *
  * The SQL functions work whether or not the library is preloaded.  With
  * shared_preload_libraries = 'pgqueue' we also get shared memory (counters,
@@ -110,6 +110,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("pgqueue");
 
 	pgq_shmem_install_hooks();
+	pgq_hook_install();
 	pgq_register_launcher();
 }
 

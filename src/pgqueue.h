@@ -18,6 +18,8 @@
  * src/retire.c		removing partitions made at run time without failing a
  *					pg_dump: retired first, dropped once no older
  *					snapshot is left
+ * src/hook.c		the utility hook: restores pause the scheduler, and
+ *					database commands hold it off
  *
  *-------------------------------------------------------------------------
  */
@@ -48,6 +50,22 @@
 #define PGQ_MAX_RETENTION_USECS	(INT64CONST(365) * USECS_PER_DAY)	/* pgq_configure */
 #define PGQ_MAX_PERIOD_USECS	(INT64CONST(365) * USECS_PER_DAY)	/* pgq_push_periodic */
 #define PGQ_MAX_DATABASES		32		/* entries of pgqueue.database */
+
+/*
+ * A scheduler pauses while a session loads pgqueue's tables in its database
+ * (a restore), and for this long after its latest such statement or its
+ * end (hook.c): long enough to cover the gap between the sections of a
+ * restore run as separate pg_restore invocations.
+ */
+#define PGQ_RESTORE_GRACE_SECS	60
+/* How long such a session waits, at most, for a pass already under way. */
+#define PGQ_RESTORE_WAIT_MS		5000
+/*
+ * How long a CREATE, ALTER or DROP DATABASE waits, at most, for the
+ * scheduler it holds off to be gone before it runs (hook.c); the command
+ * then waits up to 5 s more for other sessions itself.
+ */
+#define PGQ_HOLD_WAIT_MS		10000
 
 /* max_tries of a queue without settings (pgq_configure, pgqueue.queues) */
 #define PGQ_DEFAULT_MAX_TRIES	5
@@ -163,6 +181,19 @@ extern void pgq_scheduler_attach(int dbindex);
 extern bool pgq_scheduler_register(int dbindex);
 extern pid_t pgq_scheduler_running(int dbindex);
 extern bool pgq_scheduler_attached(void);
+extern bool pgq_restore_note(void);
+extern bool pgq_restore_pass_begin(pid_t *restorer);
+extern void pgq_restore_pass_end(void);
+extern void pgq_restore_forget(void);
+extern bool pgq_hold_take(int dbindex, pid_t *running);
+extern void pgq_hold_release(void);
+extern bool pgq_scheduler_held(int dbindex);
+extern pid_t pgq_hold_holder(int dbindex);
+extern void pgq_launcher_attach(void);
+
+/* hook.c */
+extern bool pgq_is_pgqueue_process;
+extern void pgq_hook_install(void);
 
 /* publish.c */
 extern void pgq_xact_callbacks_register(void);
@@ -193,6 +224,7 @@ extern void pgq_bounds_at_xact_end(bool commit);
 extern int	pgq_schedule_pass(int max_items);
 extern TimestampTz pgq_schedule_next_due(void);
 extern void pgq_schedule_at_xact_end(bool commit);
+extern void pgq_schedule_forget(void);
 
 /* claim.c */
 extern void pgq_claim_jobs(ReturnSetInfo *rsinfo, text *key, int max_items,
@@ -351,6 +383,8 @@ extern void pgq_uuid7(pg_uuid_t *uuid);
 
 
 /* api.c helpers shared with schedule.c, admin.c and archive.c */
+extern int	pgq_spi_ddl(const char *sql);
+extern bool pgq_in_own_ddl(void);
 extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
 								int nargs, Oid *argtypes);
 extern PgqLayout pgq_layout(void);

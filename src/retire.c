@@ -132,11 +132,11 @@ pgq_lock_extension_nowait(Oid extoid, const char *why)
 				 errdetail("Another session is altering or dropping the extension.")));
 }
 
-/* Run one statement of DDL; the caller is connected to SPI. */
+/* Run one statement of DDL (pgqueue's own: hook.c); the caller is connected to SPI. */
 static void
 pgq_retire_ddl(const char *sql)
 {
-	if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
+	if (pgq_spi_ddl(sql) != SPI_OK_UTILITY)
 		elog(ERROR, "could not run \"%s\"", sql);
 }
 

@@ -597,11 +597,11 @@ set_state(const char *name, RingSlot *s, char state)
 	s->state = state;
 }
 
-/* Run one statement of DDL through SPI. */
+/* Run one statement of DDL through SPI (as pgqueue's own: pgq_spi_ddl). */
 static void
 ring_ddl(const char *sql)
 {
-	if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
+	if (pgq_spi_ddl(sql) != SPI_OK_UTILITY)
 		elog(ERROR, "could not run \"%s\"", sql);
 }
 

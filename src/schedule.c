@@ -1181,6 +1181,17 @@ pgq_schedule_next_due(void)
 }
 
 /*
+ * Forget the view: the tables were written behind the API's back (a
+ * restore, hook.c), so the next pass reloads the settings and walks every
+ * queue from its start.
+ */
+void
+pgq_schedule_forget(void)
+{
+	view_valid = false;
+}
+
+/*
  * At the end of a transaction: a pass that ran in it and rolled back took
  * jobs that are ready again below the heads it moved: walk everything next
  * time.  Called by publish.c's transaction callback.

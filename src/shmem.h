@@ -52,6 +52,31 @@ typedef struct PgqReadyNote
 	char		queue[PGQ_MAX_NAME_BYTES + 1];
 } PgqReadyNote;
 
+/*
+ * A session that loads or builds pgqueue's tables directly (a restore: see
+ * hook.c) in a database; pid 0: a free entry.
+ */
+#define PGQ_MAX_RESTORERS 8
+
+typedef struct PgqRestorer
+{
+	pid_t		pid;
+	TimestampTz last;			/* the start of its latest such statement */
+} PgqRestorer;
+
+/*
+ * A backend that holds a database's scheduler off (CREATE DATABASE from it
+ * as a template, ALTER DATABASE ... RENAME or SET TABLESPACE, DROP
+ * DATABASE: see hook.c); pid 0: a free entry.
+ */
+#define PGQ_MAX_HOLDS 16
+
+typedef struct PgqHold
+{
+	pid_t		pid;
+	int			dbindex;		/* in pgqueue.database */
+} PgqHold;
+
 /* What pgqueue keeps per database. */
 typedef struct PgqDbSlot
 {
@@ -65,16 +90,25 @@ typedef struct PgqDbSlot
 	slock_t		ready_mutex;	/* protects ready_seq and ready[] */
 	uint64		ready_seq;		/* notes written so far */
 	PgqReadyNote ready[PGQ_READY_RING];
+	slock_t		restore_mutex;	/* protects the three fields below */
+	PgqRestorer restorers[PGQ_MAX_RESTORERS];
+	TimestampTz restore_last;	/* latest statement or end of a restorer
+								 * no longer listed; 0: none */
+	bool		pass_busy;		/* its scheduler is in a pass that it began
+								 * while no restore was listed */
 } PgqDbSlot;
 
 typedef struct PgqShared
 {
-	slock_t		mutex;			/* protects slots[].dboid and scheduler_pid[] */
+	slock_t		mutex;			/* protects slots[].dboid, scheduler_pid[],
+								 * holds[] and launcher_procno */
 	TimestampTz stats_reset;
 	pg_atomic_uint64 counters[PGQ_NUM_COUNTERS];
 	pid_t		scheduler_pid[PGQ_MAX_DATABASES];	/* by index in pgqueue.database:
 													 * the running scheduler, or 0
 													 * (launcher.c) */
+	PgqHold		holds[PGQ_MAX_HOLDS];
+	int			launcher_procno;	/* pgprocno of the launcher, or -1 */
 	PgqDbSlot	slots[PGQ_DB_SLOTS];
 } PgqShared;
 
@@ -84,5 +118,6 @@ extern PgqDbSlot *pgq_my_slot(void);
 
 /* bounds.c */
 extern void pgq_bounds_reset(PgqDbSlot *slot);
+extern void pgq_bounds_lower_all(PgqDbSlot *slot);
 
 #endif							/* PGQUEUE_SHMEM_H */

@@ -10,12 +10,18 @@
  * job of the pass's view that was not yet due becomes due, whichever comes
  * first; a commit that pushed jobs sets its latch earlier (see publish.c).
  * It does nothing while the extension is not installed in its database or
- * pgqueue.enabled is off.  The launcher starts it only when recovery has
- * finished and its database exists, so it connects straight to it (by OID).
+ * pgqueue.enabled is off, nor while a session loads pgqueue's tables in its
+ * database (a restore) and for PGQ_RESTORE_GRACE_SECS after (hook.c): no
+ * pass, no upkeep of the rings or the archive.  The launcher starts it only
+ * when recovery has finished and its database exists, so it connects
+ * straight to it (by OID).
  *
  * SIGTERM ends the loop between passes and the worker exits with code 0,
  * which the postmaster logs at DEBUG1 only; the launcher, told by the
- * postmaster, starts it again unless the server is shutting down.
+ * postmaster, starts it again unless the server is shutting down.  So does
+ * a hold of a CREATE, ALTER or DROP DATABASE that needs it gone (hook.c),
+ * which also sends SIGTERM; the launcher starts it again once the hold is
+ * released.
  *
  *-------------------------------------------------------------------------
  */
@@ -68,8 +74,13 @@ static Oid	ext_cache_oid = InvalidOid;
 static Oid	ext_cache_relid = InvalidOid;	/* pgqueue.queue */
 static uint64 ext_cache_gen = 0;	/* bumped by every invalidation of it */
 
-static int	pgq_run_pass(void);
-static void pgq_run_upkeep(void (*fn) (void));
+static bool restore_paused = false;	/* the last pass paused for a restore */
+static bool forget_wanted = false;	/* forget the tables before the next pass */
+
+static int	pgq_run_pass(const char *dbname);
+static void pgq_note_pause(const char *dbname, bool paused, pid_t restorer);
+static void pgq_forget_tables(void);
+static void pgq_short_xact(void (*fn) (void));
 static Oid	pgq_extension_pinned(void);
 static void pgq_extension_cache_callback(Datum arg, Oid relid);
 static long pgq_next_wait_ms(int moved);
@@ -92,7 +103,12 @@ pgq_scheduler_main(Datum main_arg)
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 
-	/* another scheduler of this database runs (started by an earlier launcher) */
+	pgq_is_pgqueue_process = true;
+
+	/*
+	 * Another scheduler of this database runs (started by an earlier
+	 * launcher), or a command holds it off (hook.c): exit before connecting.
+	 */
 	if (!pgq_scheduler_register(dbindex))
 		proc_exit(0);
 
@@ -125,6 +141,8 @@ pgq_scheduler_main(Datum main_arg)
 		TimestampTz last_pass_end;
 
 		CHECK_FOR_INTERRUPTS();
+		if (pgq_scheduler_held(dbindex))
+			break;				/* a database command needs it gone (hook.c) */
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
@@ -132,14 +150,17 @@ pgq_scheduler_main(Datum main_arg)
 		}
 		batch_size = pgqueue_batch_size;	/* what this pass will use */
 
-		if (pgqueue_enabled)
+		/* off for a while: the tables may have been restored meanwhile */
+		if (!pgqueue_enabled)
+			forget_wanted = true;
+		else
 		{
 			MemoryContext oldcxt = CurrentMemoryContext;
 
 			/* an error in a pass is logged; the loop goes on */
 			PG_TRY();
 			{
-				moved = pgq_run_pass();
+				moved = pgq_run_pass(dbname);
 			}
 			PG_CATCH();
 			{
@@ -151,6 +172,7 @@ pgq_scheduler_main(Datum main_arg)
 				moved = -1;
 			}
 			PG_END_TRY();
+			pgq_restore_pass_end();
 
 			if (moved == -2 && extension_seen)
 				ereport(LOG,
@@ -213,15 +235,33 @@ pgq_next_wait_ms(int moved)
 }
 
 /*
- * One scheduling pass in its own transaction, then the upkeep that is due,
- * each step in a transaction of its own, so that the locks its DDL takes
- * are held for a moment and never by the pass.  Returns how many jobs the
- * pass moved, or -2 when the extension is not installed in this database.
+ * One scheduling pass of database dbname in its own transaction, then the
+ * upkeep that is due, each step in a transaction of its own, so that the
+ * locks its DDL takes are held for a moment and never by the pass.
+ * Returns how many jobs the pass moved, or -2 when the extension is not
+ * installed in this database.  While a restore loads pgqueue's tables
+ * (hook.c) it does nothing after the look for the extension and returns
+ * 0; the first pass after that, or after pgqueue.enabled was off, is
+ * preceded by a short transaction that forgets what was known of the
+ * tables (pgq_forget_tables).  Marks the database's slot busy
+ * (pgq_restore_pass_begin): the caller ends that with pgq_restore_pass_end,
+ * whether the pass succeeded or failed.
  */
 static int
-pgq_run_pass(void)
+pgq_run_pass(const char *dbname)
 {
 	int			moved = -2;
+	pid_t		restorer;
+	bool		paused = pgq_restore_pass_begin(&restorer);
+
+	pgq_note_pause(dbname, paused, restorer);
+
+	/* after a restore, or a time disabled: first forget, and commit that */
+	if (!paused && forget_wanted)
+	{
+		pgq_short_xact(pgq_forget_tables);
+		forget_wanted = false;
+	}
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -229,41 +269,48 @@ pgq_run_pass(void)
 
 	if (OidIsValid(pgq_extension_pinned()))
 	{
-		pgstat_report_activity(STATE_RUNNING, "pgqueue scheduling pass");
-		pgq_ring_maintain();	/* work_queue's slots (ring.c) */
-		SPI_connect();
-		moved = pgq_schedule_pass(pgqueue_batch_size);
-		SPI_finish();
-		pgq_count_now(PGQ_PASSES, 1);
+		if (paused)
+			moved = 0;			/* a restore loads the tables: hands off */
+		else
+		{
+			pgstat_report_activity(STATE_RUNNING, "pgqueue scheduling pass");
+			pgq_ring_maintain();	/* work_queue's slots (ring.c) */
+			SPI_connect();
+			moved = pgq_schedule_pass(pgqueue_batch_size);
+			SPI_finish();
+			pgq_count_now(PGQ_PASSES, 1);
+		}
 	}
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
-	if (moved >= 0)
+	if (!paused && moved >= 0)
 	{
 		/* free slots beyond those the rings keep (ring.c) */
 		if (pgq_ring_shrink_wanted())
-			pgq_run_upkeep(pgq_ring_shrink);
+			pgq_short_xact(pgq_ring_shrink);
 		/* archive partitions made ahead and retired, once a minute (archive.c) */
 		if (pgq_archive_maintain_wanted())
-			pgq_run_upkeep(pgq_archive_maintain);
+			pgq_short_xact(pgq_archive_maintain);
 		/* retired tables dropped once no older snapshot is left (retire.c) */
 		if (pgq_retired_drop_wanted())
-			pgq_run_upkeep(pgq_retired_drop);
+			pgq_short_xact(pgq_retired_drop);
 	}
 	/* at once when a slot's row counts were zeroed (ring.c) */
 	pgstat_report_stat(pgq_ring_stats_flush_wanted());
-	pgstat_report_activity(STATE_IDLE, NULL);
+	pgstat_report_activity(STATE_IDLE,
+						   paused ? "pgqueue scheduler paused: a restore loads pgqueue's tables" : NULL);
 	return moved;
 }
 
 /*
- * Run a step of the upkeep, fn, in a short transaction of its own, if the
- * extension is still installed.  fn raises no error of its own.
+ * Run fn (a step of the upkeep, or pgq_forget_tables) in a short
+ * transaction of its own, if the extension is still installed.  fn raises
+ * no error of its own.
  */
 static void
-pgq_run_upkeep(void (*fn) (void))
+pgq_short_xact(void (*fn) (void))
 {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -272,6 +319,55 @@ pgq_run_upkeep(void (*fn) (void))
 		fn();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+}
+
+/*
+ * Log when the scheduler of database dbname pauses for a restore (paused,
+ * restorer: a session that loads pgqueue's tables, or 0 when the last one
+ * is gone and the grace period runs) and when it resumes.
+ */
+static void
+pgq_note_pause(const char *dbname, bool paused, pid_t restorer)
+{
+	if (paused && !restore_paused && restorer != 0)
+		ereport(LOG,
+				(errmsg("pgqueue scheduler: database \"%s\": pausing while process %d loads pgqueue's tables (a restore)",
+						dbname, (int) restorer),
+				 errdetail("No pass and no upkeep of the slots or the archive until %d s after its last statement on them, or its end.",
+						   PGQ_RESTORE_GRACE_SECS)));
+	else if (paused && !restore_paused)
+		ereport(LOG,
+				(errmsg("pgqueue scheduler: database \"%s\": pausing: a session loaded pgqueue's tables (a restore) less than %d s ago",
+						dbname, PGQ_RESTORE_GRACE_SECS)));
+	else if (!paused && restore_paused)
+	{
+		ereport(LOG,
+				(errmsg("pgqueue scheduler: database \"%s\": resuming: no session has loaded pgqueue's tables for %d s",
+						dbname, PGQ_RESTORE_GRACE_SECS)));
+		forget_wanted = true;
+	}
+	restore_paused = paused;
+}
+
+/*
+ * In a transaction of its own before the first pass after a pause for a
+ * restore, or after pgqueue.enabled was off: forget what the
+ * processes of the database learned of the tables before, since they may
+ * have been written behind the API's back meanwhile (a restore's COPY of
+ * the jobs, the settings, pgqueue.slots): the scan bounds and the settings
+ * (shmem.c), this process's scheduling view, and every backend's view of
+ * the slots (a relcache invalidation of both parents, at commit; a COPY
+ * into pgqueue.slots sends none).  The extension is installed.
+ */
+static void
+pgq_forget_tables(void)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", false);
+
+	pgq_restore_forget();
+	pgq_schedule_forget();
+	CacheInvalidateRelcacheByRelid(pgq_relid(nsp, "queue"));
+	CacheInvalidateRelcacheByRelid(pgq_relid(nsp, "work_queue"));
 }
 
 /*

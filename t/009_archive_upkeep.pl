@@ -142,7 +142,7 @@ ok( $node->poll_query_until('postgres',
 my $in_the_way = $node->safe_psql('postgres', q{
 SELECT 'archive_' || to_char((now() + interval '30 days') AT TIME ZONE 'UTC', 'YYYYMMDD')});
 $node->safe_psql('postgres', qq{
-CREATE TABLE pgqueue.$in_the_way (x int);
+DO \$\$ BEGIN CREATE TABLE pgqueue.$in_the_way (x int); END \$\$;
 INSERT INTO pgqueue.queues (queue, retention) VALUES ('c', '30 days');
 });
 my $log_offset = -s $node->logfile;

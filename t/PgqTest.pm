@@ -277,13 +277,17 @@ sub restart_scheduler
 }
 
 # An expired partition $name of pgqueue.archive (in database postgres) for
-# the UTC day $day (YYYY-MM-DD), made by hand, with a row.
+# the UTC day $day (YYYY-MM-DD), made by hand, with a row (in a DO block: a
+# CREATE TABLE in schema pgqueue sent at top level is taken for a restore,
+# which pauses the scheduler; src/hook.c).
 sub expired_partition
 {
 	my ($node, $name, $day) = @_;
 	$node->safe_psql('postgres', qq{
+DO \$\$ BEGIN
 CREATE TABLE pgqueue.$name PARTITION OF pgqueue.archive
   FOR VALUES FROM ('$day 00:00+00') TO ('$day 00:00+00'::timestamptz + interval '1 day');
+END \$\$;
 INSERT INTO pgqueue.archive (id, queue, payload, priority, tries, created, finished, outcome, expires)
 VALUES (gen_random_uuid(), 'old', '{}', 0, 1, '$day', '$day', 'acked', '$day 12:00+00');
 });
