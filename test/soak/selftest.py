@@ -229,19 +229,29 @@ def main():
                      and e['status'] == 'ok' and e.get('rows'))
             e['vanished'] = ['00000000-0000-7000-8000-000000000003']
 
-        @mutation('an ack under REPEATABLE READ refused to its holder', checker.R4)
+        @mutation('an ack, nack or extend under REPEATABLE READ refused to its holder', checker.R4)
         def _(h):
+            # an ack if the run has a fitting one, else a nack or an extend
+            # (a short run may have few acks under REPEATABLE READ that no
+            # claim of unknown outcome overlaps)
             unsure = [e for e in base if e['ev'] == 'claim_uncertain']
-            for a in acks:
+            answered = [e for k in ('ack', 'nack', 'extend') for e in ev(k)
+                        if e.get('ctx') == 'rr' and e['status'] == 'ok' and
+                        e['result'] not in (None, False)]
+            # a release of the holder's key between its claim and the call
+            # would make a refusal right
+            releases = [e for e in base if e['ev'] == 'fault' and e['kind'] == 'release']
+            for a in answered:
                 l = claims.get(a['id'], [])
-                if a.get('ctx') == 'rr' and l and l[-1]['holder'] == a['holder'] and \
-                        a['holder'] not in released and \
+                if l and l[-1]['holder'] == a['holder'] and \
+                        not any(r.get('key') == a['holder'] and r['t1'] > l[-1]['t0'] and
+                                r['t0'] < a['t1'] for r in releases) and \
                         not any(u['t1'] > l[-1]['t0'] and u['t0'] < a['t1'] for u in unsure):
                     for e in h:
-                        if e['ev'] == 'ack' and e['id'] == a['id'] and e['t0'] == a['t0']:
-                            e['result'] = False
+                        if e['ev'] == a['ev'] and e['id'] == a['id'] and e['t0'] == a['t0']:
+                            e['result'] = False if a['ev'] == 'ack' else None
                             return
-            raise LookupError('no ack under REPEATABLE READ')
+            raise LookupError('no ack, nack or extend under REPEATABLE READ answered')
 
         @mutation('a failed pg_dump', checker.R5)
         def _(h):
