@@ -37,6 +37,7 @@
 #include "utils/jsonb.h"
 #include "utils/snapshot.h"
 #include "utils/uuid.h"
+#include "storage/lock.h"
 
 /* Limits on user input; documented in README.md. */
 #define PGQ_MAX_NAME_BYTES		128		/* queue names */
@@ -180,6 +181,10 @@ extern void pgq_shmem_install_hooks(void);
 extern void pgq_scheduler_attach(int dbindex);
 extern bool pgq_scheduler_register(int dbindex);
 extern pid_t pgq_scheduler_running(int dbindex);
+extern void pgq_call_begin(void);
+extern void pgq_call_end(void);
+extern void pgq_calls_at_xact_end(void);
+extern uint32 pgq_call_of(VirtualTransactionId vxid);
 extern bool pgq_scheduler_attached(void);
 extern bool pgq_restore_note(void);
 extern bool pgq_restore_pass_begin(pid_t *restorer);
@@ -350,6 +355,7 @@ extern Oid	pgq_slot_index_relid(Relation rel, const char *role);
 /* ring.c: the slots of pgqueue.queue and pgqueue.work_queue */
 extern int	pgqueue_slot_size_kb;
 extern void pgq_ring_view(Oid nsp, const char *name, PgqRingView *v);
+extern bool pgq_ring_maintain_wanted(void);
 extern void pgq_ring_maintain(void);
 extern bool pgq_ring_shrink_wanted(void);
 extern void pgq_ring_shrink(void);

@@ -397,6 +397,11 @@ pgq_xact_callback(XactEvent event, void *arg)
 {
 	int			i;
 
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		pgq_calls_at_xact_end();
+
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
 	{
 		pgq_bounds_at_xact_end(true);

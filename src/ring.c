@@ -25,8 +25,16 @@
  * may still be on their way), so it is never drained, truncated, reused
  * or retired; a restored pgqueue.slots gives it its state.
  *
- * Slot 0 of queue is its cold slot: once another slot was made current it
- * stays live, never drained.  Jobs with a dedup_key are pushed into it (its
+ * Slot 0 of each ring, a member of the extension (pgqueue--1.1.sql), stays
+ * live once another slot was made current: it is never drained,
+ * truncated, reused or retired, so the scheduler never takes ACCESS
+ * EXCLUSIVE on it.  The workers of pg_dump -j lock each table whose rows
+ * they dump without waiting (NOWAIT), and its leader, which holds a lock
+ * on every other table from the start, takes none on a member of an
+ * extension: a work_queue_0 truncated or made current again during a dump
+ * failed it.  work_queue's slot 0 is emptied by the straggler moves.
+ *
+ * Slot 0 of queue is its cold slot.  Jobs with a dedup_key are pushed into it (its
  * unique index is the only one: uniqueness holds because such jobs never
  * leave it), and the job rows left in an old slot are moved into it
  * (ring_move_jobs): jobs due later, dead letters, a paused queue's backlog,
@@ -34,9 +42,11 @@
  * their slot, and the ring, from turning.  VACUUM keeps slot 0.
  *
  * The rule: how a call learns the ring's state.  Only the scheduler
- * changes a ring (pgq_ring_maintain before each of its passes, and
- * pgq_ring_shrink after them, in transactions of its own), and every
- * change commits with a relcache invalidation of the parent.  A call reads
+ * changes a ring (pgq_ring_maintain before its passes, and
+ * pgq_ring_shrink after them, each in a transaction of its own: a turn
+ * has sent its invalidations before a pass writes the slot it made
+ * current), and every change commits with a relcache invalidation of the
+ * parent.  A call reads
  * the ring at each call, not once per transaction: pgq_ring_view reads the
  * invalidations sent so far (AcceptInvalidationMessages) before it looks
  * at its cached view.  Taking the lock on the parent would not do: a
@@ -44,7 +54,14 @@
  * call of that transaction (each try of a blocking claim too) would use
  * the slots of its first call.  So a transaction that began before a turn
  * sees the turn at its next call; the rows it wrote before are in a slot
- * that is still visited (below).  Entry points:
+ * that is still visited (below).  A call that takes a new snapshot reads
+ * the invalidations again after it (pgq_write_new_snapshot): a row of a
+ * pass that the snapshot sees is in a slot whose turn was committed, and
+ * its invalidation sent, before that pass began.  (A turn shows in
+ * pgqueue.slots a moment before its invalidation is sent: a view loaded
+ * from the table in that moment has the new slots before others do; a
+ * row another call then misses is found through the parent, below.)
+ * Entry points:
  *
  *	 push, push_batch (jobs.c) and the scheduling pass (schedule.c) insert
  *		into the current slot, which pgq_write_begin locks (ROW EXCLUSIVE)
@@ -93,9 +110,15 @@
  * empty (D).  A snapshot taken before it became current sees none of its
  * rows; one taken after D sees them all deleted; only one taken in
  * between can see some.  So at D the scheduler notes the backends whose
- * xmin is not older than made_xmin (a backend whose snapshot is older
- * cannot have taken it in between), and truncates once they have all
- * ended.  A REPEATABLE READ transaction open across many turns of the
+ * xmin is not older than made_xmin, and truncates once they have all
+ * ended.  A backend whose xmin is older took its oldest snapshot before:
+ * a statement of its own that reads the slot took its locks on it before
+ * its snapshot (the planner locks every partition), so the truncation
+ * waits for it all the same; but a pgqueue call opens slots after it took
+ * its snapshot, and a backend with an old snapshot (a worker function
+ * holding its statement's, a cursor) may make calls with new ones: the
+ * calls under way at D are noted too, each waited for to its end
+ * (shmem.c, "Calls under way").  A REPEATABLE READ transaction open across many turns of the
  * ring (the long snapshot that holds VACUUM back) is older than every slot
  * made current after it began, and holds up none of them.  When made_xmin
  * is not known (slot 0, or slots made current before the scheduler
@@ -222,6 +245,7 @@ typedef struct RingNotes
 	Oid			parent;
 	TransactionId made_xmin[PGQ_MAX_SLOTS];
 	VirtualTransactionId *waits[PGQ_MAX_SLOTS];
+	uint32	   *calls[PGQ_MAX_SLOTS];	/* per wait: a call's mark, or 0 */
 	int			nwaits[PGQ_MAX_SLOTS];
 	bool		waits_noted[PGQ_MAX_SLOTS];
 	TransactionId next_xid[PGQ_MAX_SLOTS];	/* the next xid when noted */
@@ -502,7 +526,11 @@ slot_full(Oid relid)
 
 /*
  * Note, at the moment slot s is found empty, the backends whose snapshot
- * may have been taken after it became current (see the file's header).
+ * may have been taken after it became current (see the file's header):
+ * those whose xmin is not older than made_xmin, waited for to the end of
+ * their transaction, and of the others, whose oldest snapshot is older,
+ * those in a pgqueue call, waited for to the end of that call (its
+ * snapshots may be newer: shmem.c, "Calls under way").
  */
 static void
 note_waits(RingNotes *rn, int32 s)
@@ -527,16 +555,22 @@ note_waits(RingNotes *rn, int32 s)
 	}
 	if (rn->waits[s] != NULL)
 		pfree(rn->waits[s]);
+	if (rn->calls[s] != NULL)
+		pfree(rn->calls[s]);
 	rn->waits[s] = MemoryContextAlloc(TopMemoryContext,
 									  sizeof(VirtualTransactionId) * Max(nall, 1));
+	rn->calls[s] = MemoryContextAlloc(TopMemoryContext, sizeof(uint32) * Max(nall, 1));
 	for (i = 0; i < nall; i++)
 	{
-		bool		skip = false;
+		bool		older_xmin = false;
+		uint32		call = 0;
 
-		for (j = 0; j < nolder && !skip; j++)
-			skip = VirtualTransactionIdEquals(all[i], older[j]);
-		if (!skip)
-			rn->waits[s][n++] = all[i];
+		for (j = 0; j < nolder && !older_xmin; j++)
+			older_xmin = VirtualTransactionIdEquals(all[i], older[j]);
+		if (older_xmin && (call = pgq_call_of(all[i])) == 0)
+			continue;			/* its snapshots are all older than the slot */
+		rn->waits[s][n] = all[i];
+		rn->calls[s][n++] = call;
 	}
 	rn->nwaits[s] = n;
 	rn->next_xid[s] = ReadNextTransactionId();
@@ -559,8 +593,16 @@ waits_over(RingNotes *rn, int32 s)
 	if (!rn->waits_noted[s])
 		note_waits(rn, s);
 	for (i = 0; i < rn->nwaits[s]; i++)
-		if (!VirtualXactLock(rn->waits[s][i], false))
+	{
+		if (rn->calls[s][i] != 0)
+		{
+			/* a call's snapshots are gone with it */
+			if (pgq_call_of(rn->waits[s][i]) == rn->calls[s][i])
+				return false;
+		}
+		else if (!VirtualXactLock(rn->waits[s][i], false))
 			return false;
+	}
 	return !pgq_standby_snapshots_before(rn->next_xid[s]);
 }
 
@@ -672,26 +714,25 @@ ring_open(int r, LOCKMODE mode, Ring *ring)
 }
 
 /*
- * Whether s is a free slot of ring r that the ring may reuse or retire: one
- * of its numbered slots (not queue's cold slot 0, nor a partition of
- * someone else's numbering).
+ * Whether s is a free slot that a ring may reuse or retire: one of its
+ * numbered slots (not slot 0, the extension's, nor a partition of someone
+ * else's numbering).
  */
 static bool
-slot_is_free(const RingSlot *s, int r)
+slot_is_free(const RingSlot *s)
 {
-	return s->state == SLOT_FREE && s->slot < PGQ_MAX_SLOTS &&
-		(s->slot > 0 || (r == RING_WORK && s->slot == 0));
+	return s->state == SLOT_FREE && s->slot > 0 && s->slot < PGQ_MAX_SLOTS;
 }
 
-/* The free slots of ring r. */
+/* The free slots of ring. */
 static int
-ring_nfree(const Ring *ring, int r)
+ring_nfree(const Ring *ring)
 {
 	int			n = 0;
 	int			i;
 
 	for (i = 0; i < ring->n; i++)
-		if (slot_is_free(&ring->slots[i], r))
+		if (slot_is_free(&ring->slots[i]))
 			n++;
 	return n;
 }
@@ -762,8 +803,8 @@ pgq_ring_stats_flush_wanted(void)
  * One look at a ring (*arg: RING_QUEUE, RING_WORK): truncate the drained
  * slots that may be, mark drained the live ones found empty, and make a
  * new slot current when the current one has grown to pgqueue.slot_size.
- * Slot 0 of queue is its cold slot: never drained, never current again
- * once another slot was (see ring_move).
+ * Slot 0 is never drained, and never current again once another slot was
+ * (see the file's header).
  */
 static void
 ring_turn(void *arg)
@@ -799,8 +840,8 @@ ring_turn(void *arg)
 
 		if (s->slot < 0 || s->slot >= PGQ_MAX_SLOTS)
 			continue;			/* not one of ours */
-		if (r == RING_QUEUE && s->slot == 0)
-			continue;			/* the cold slot */
+		if (s->slot == 0)
+			continue;			/* the extension's: live for good */
 		if (s->state == SLOT_DRAINED)
 		{
 			if (!waits_over(rn, s->slot) ||
@@ -870,7 +911,7 @@ ring_turn(void *arg)
 			{
 				RingSlot   *f = &ring.slots[i];
 
-				if (slot_is_free(f, r) && !tried[i] &&
+				if (slot_is_free(f) && !tried[i] &&
 					(oldest == NULL || rn->truncated[f->slot] < rn->truncated[oldest->slot]))
 					oldest = f;
 			}
@@ -928,7 +969,7 @@ ring_turn(void *arg)
 	if (changed)
 		CacheInvalidateRelcacheByRelid(parent);
 
-	shrink_wanted[r] = ring_nfree(&ring, r) > PGQ_FREE_RESERVE;
+	shrink_wanted[r] = ring_nfree(&ring) > PGQ_FREE_RESERVE;
 }
 
 /*
@@ -956,7 +997,7 @@ ring_shrink(void *arg)
 
 	if (!OidIsValid(parent))
 		return;					/* in use: tried again later */
-	nfree = ring_nfree(&ring, r);
+	nfree = ring_nfree(&ring);
 
 	SPI_connect();
 	while (nfree > PGQ_FREE_RESERVE)
@@ -965,9 +1006,9 @@ ring_shrink(void *arg)
 		Oid			types[2] = {TEXTOID, INT4OID};
 		Datum		args[2];
 
-		/* slot 0 is the extension's (pgqueue--1.1.sql): never retired */
+		/* the highest first (slot 0 is never free: slot_is_free) */
 		for (i = 0; i < ring.n; i++)
-			if (slot_is_free(&ring.slots[i], r) && ring.slots[i].slot > 0 &&
+			if (slot_is_free(&ring.slots[i]) &&
 				(s == NULL || ring.slots[i].slot > s->slot))
 				s = &ring.slots[i];
 		if (s == NULL)
@@ -1213,50 +1254,40 @@ ring_move_jobs(void *arg)
 	SPI_finish();
 }
 
+/* Whether the scheduler's look at the rings is due (pgq_ring_maintain). */
+bool
+pgq_ring_maintain_wanted(void)
+{
+	return GetCurrentTimestamp() >= next_maintain;
+}
+
 /*
- * The scheduler's look at the ring, before a pass, in its transaction: at
- * most every PGQ_RING_MAINTAIN_USECS, and sooner when the current slot is
- * full.  Only for 1.1 databases.  Never
- * raises an error of its own: the look runs in a subtransaction, and what
- * fails is logged (a lock not had at once at DEBUG1) and tried again at
- * the next look.
+ * The scheduler's look at the rings, at most every
+ * PGQ_RING_MAINTAIN_USECS, in a transaction of its own before a pass: it
+ * commits, and its invalidations are sent, before the pass that may write
+ * a slot it made current begins (ring.c's rule).  Only for 1.1 databases.
+ * Never raises an error of its own: each step runs in a subtransaction,
+ * and what fails is logged (a lock not had at once at DEBUG1) and tried
+ * again at the next look.
  */
 void
 pgq_ring_maintain(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	static int	rings[2] = {RING_QUEUE, RING_WORK};
 	Oid			nsp;
 
+	next_maintain = GetCurrentTimestamp() + PGQ_RING_MAINTAIN_USECS;
 	if (pgq_layout() != PGQ_V11)
 		return;
 	nsp = get_namespace_oid("pgqueue", false);
 	if (!OidIsValid(get_relname_relid("slots", nsp)))
 		return;
-	if (now < next_maintain)
-	{
-		/* between looks, only whether a current slot is full (cheap) */
-		PgqRingView w;
-		PgqRingView j;
-
-		pgq_ring_view(nsp, "work_queue", &w);
-		pgq_ring_view(nsp, "queue", &j);
-		if (!slot_full(w.relid[0]) && !slot_full(j.relid[0]))
-			return;
-	}
-	next_maintain = now + PGQ_RING_MAINTAIN_USECS;
-	{
-		static int	rings[2] = {RING_QUEUE, RING_WORK};
-
-		pgq_upkeep_try(ring_turn, &rings[RING_WORK], "turn the ring of pgqueue.work_queue",
-					   "The scheduler tries again before its next pass.");
-		pgq_upkeep_try(ring_move, NULL, "move the rows left in old slots of pgqueue.work_queue",
-					   "The scheduler tries again before its next pass.");
-		pgq_upkeep_try(ring_turn, &rings[RING_QUEUE], "turn the ring of pgqueue.queue",
-					   "The scheduler tries again before its next pass.");
-		pgq_upkeep_try(ring_move_jobs, NULL, "move the rows left in old slots of pgqueue.queue",
-					   "The scheduler tries again before its next pass.");
-	}
-
-	/* the pass that follows in this transaction sees the rings as left */
-	CommandCounterIncrement();
+	pgq_upkeep_try(ring_turn, &rings[RING_WORK], "turn the ring of pgqueue.work_queue",
+				   "The scheduler tries again before its next pass.");
+	pgq_upkeep_try(ring_move, NULL, "move the rows left in old slots of pgqueue.work_queue",
+				   "The scheduler tries again before its next pass.");
+	pgq_upkeep_try(ring_turn, &rings[RING_QUEUE], "turn the ring of pgqueue.queue",
+				   "The scheduler tries again before its next pass.");
+	pgq_upkeep_try(ring_move_jobs, NULL, "move the rows left in old slots of pgqueue.queue",
+				   "The scheduler tries again before its next pass.");
 }

@@ -17,6 +17,7 @@
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "access/twophase.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -40,6 +41,39 @@ static void pgq_restore_unlist(int code, Datum arg);
 static void pgq_hold_release_at_exit(int code, Datum arg);
 static bool pgq_held_locked(int dbindex);
 
+/*
+ * A backend's number, which indexes pgq_shared->calls, and that of a
+ * virtual transaction id's backend: BackendId up to 16, ProcNumber from 17
+ * (both below the number of PGPROCs).
+ */
+#if PG_VERSION_NUM >= 170000
+#define PGQ_MY_BACKEND() ((int) MyProcNumber)
+#define PGQ_VXID_BACKEND(v) ((int) (v).procNumber)
+#else
+#define PGQ_MY_BACKEND() ((int) MyBackendId)
+#define PGQ_VXID_BACKEND(v) ((int) (v).backendId)
+#endif
+
+/* pgqueue calls under way in this backend (nested ones count once) */
+static int	call_depth = 0;
+static uint32 call_last = 1;	/* the last call's mark: odd, never 0 */
+static bool call_exit_registered = false;
+
+/* Entries of pgq_shared->calls: one per PGPROC there may be. */
+static int
+pgq_call_slots(void)
+{
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts + 1;
+}
+
+/* The size of pgqueue's shared memory. */
+static Size
+pgq_shmem_size(void)
+{
+	return MAXALIGN(add_size(offsetof(PgqShared, calls),
+							 mul_size(pgq_call_slots(), sizeof(pg_atomic_uint32))));
+}
+
 /* Install the shared memory hooks; called from _PG_init when preloading. */
 void
 pgq_shmem_install_hooks(void)
@@ -55,7 +89,7 @@ pgq_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(PgqShared)));
+	RequestAddinShmemSpace(pgq_shmem_size());
 }
 
 /* Create or attach to the shared struct. */
@@ -68,7 +102,7 @@ pgq_shmem_startup(void)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	pgq_shared = ShmemInitStruct("pgqueue", sizeof(PgqShared), &found);
+	pgq_shared = ShmemInitStruct("pgqueue", pgq_shmem_size(), &found);
 	if (!found)
 	{
 		int			i;
@@ -99,6 +133,9 @@ pgq_shmem_startup(void)
 			pgq_shared->slots[i].restore_last = 0;
 			pgq_shared->slots[i].pass_busy = false;
 		}
+		pgq_shared->ncalls = pgq_call_slots();
+		for (i = 0; i < pgq_shared->ncalls; i++)
+			pg_atomic_init_u32(&pgq_shared->calls[i], 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -558,4 +595,86 @@ pgq_launcher_attach(void)
 	SpinLockAcquire(&pgq_shared->mutex);
 	pgq_shared->launcher_procno = MyProc->pgprocno;
 	SpinLockRelease(&pgq_shared->mutex);
+}
+
+/* ----------------------------------------------------------------
+ * Calls under way
+ *
+ * A pgqueue call (tables.c: pgq_write_begin .. pgq_write_end) opens the
+ * slots of the rings lazily, after it took its snapshot and perhaps after
+ * a wait for a row lock; a slot truncated meanwhile would show that
+ * snapshot none of the rows it should see (ring.c).  The scheduler learns
+ * which backends' snapshots may see a slot's rows from their xmin, but a
+ * backend's xmin is that of its oldest snapshot: a worker function, or a
+ * transaction with an old cursor, holds an old one while its calls take
+ * new ones.  So each call marks itself here before it takes a snapshot,
+ * and the scheduler waits for the calls it sees under way (note_waits).
+ * The mark is written, and a full barrier made, before the call's first
+ * snapshot; a snapshot that could see a slot's last rows was taken before
+ * their deletes committed, which the scheduler saw before it reads the
+ * marks (after a barrier of its own).
+ * ----------------------------------------------------------------
+ */
+
+static void
+pgq_call_clear(int code, Datum arg)
+{
+	int			b = PGQ_MY_BACKEND();
+
+	if (pgq_shared != NULL && b >= 0 && b < pgq_shared->ncalls)
+		pg_atomic_write_u32(&pgq_shared->calls[b], 0);
+}
+
+/* A pgqueue call begins (before it takes its first snapshot). */
+void
+pgq_call_begin(void)
+{
+	int			b = PGQ_MY_BACKEND();
+
+	if (call_depth++ > 0 || pgq_shared == NULL || b < 0 || b >= pgq_shared->ncalls)
+		return;
+	if (!call_exit_registered)
+	{
+		before_shmem_exit(pgq_call_clear, (Datum) 0);
+		call_exit_registered = true;
+	}
+	call_last += 2;
+	if (call_last == 1)
+		call_last = 3;			/* wrapped: still not the last call's mark */
+	pg_atomic_write_u32(&pgq_shared->calls[b], call_last);
+	pg_memory_barrier();
+}
+
+/* The call begun by pgq_call_begin ends (its snapshots are released). */
+void
+pgq_call_end(void)
+{
+	if (call_depth > 0 && --call_depth == 0)
+		pgq_call_clear(0, (Datum) 0);
+}
+
+/* At the end of a transaction: a call cut short by an error is over. */
+void
+pgq_calls_at_xact_end(void)
+{
+	if (call_depth > 0)
+	{
+		call_depth = 0;
+		pgq_call_clear(0, (Datum) 0);
+	}
+}
+
+/*
+ * The mark of the call under way in the backend of virtual transaction
+ * vxid, or 0 when none is (or there is no shared memory).
+ */
+uint32
+pgq_call_of(VirtualTransactionId vxid)
+{
+	int			b = PGQ_VXID_BACKEND(vxid);
+
+	pg_memory_barrier();
+	if (pgq_shared == NULL || b < 0 || b >= pgq_shared->ncalls)
+		return 0;
+	return pg_atomic_read_u32(&pgq_shared->calls[b]);
 }

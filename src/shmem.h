@@ -110,6 +110,14 @@ typedef struct PgqShared
 	PgqHold		holds[PGQ_MAX_HOLDS];
 	int			launcher_procno;	/* pgprocno of the launcher, or -1 */
 	PgqDbSlot	slots[PGQ_DB_SLOTS];
+
+	/*
+	 * The pgqueue call under way in each backend, by its number (MyBackendId;
+	 * MyProcNumber from 17), 0 when none: what the rings' truncation waits
+	 * for (ring.c, note_waits).  ncalls entries.
+	 */
+	int			ncalls;
+	pg_atomic_uint32 calls[FLEXIBLE_ARRAY_MEMBER];
 } PgqShared;
 
 /* shmem.c */

@@ -222,6 +222,7 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 
 	PreventCommandIfReadOnly(fn);
 	PreventCommandIfParallelMode(fn);
+	pgq_call_begin();			/* before any snapshot (shmem.c) */
 	nsp = get_namespace_oid("pgqueue", false);
 
 	for (attempt = 0;; attempt++)
@@ -502,7 +503,6 @@ pgq_write_row(PgqWrite *w, Datum id, PgqTable *(*find) (PgqWrite *, Datum),
 							DatumGetCString(DirectFunctionCall1(uuid_out, id))),
 					 errhint("Retry the transaction.")));
 		/* moved meanwhile (ring.c), maybe to a slot made after the call began */
-		(void) pgq_write_refresh_views(w);
 		pgq_write_new_snapshot(w);
 	}
 }
@@ -544,7 +544,7 @@ pgq_job_row_missing(Datum id)
 
 	if (SPI_execute_plan(pgq_keep_plan(&plan, "SELECT 1 FROM pgqueue.queue q WHERE q.id = $1",
 									   1, &type),
-						 &id, NULL, true, 1) != SPI_OK_SELECT)
+						 &id, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "lookup of a job in pgqueue.queue failed");
 	found = (SPI_processed > 0);
 	pgq_spi_finish(nest);
@@ -569,6 +569,14 @@ pgq_write_new_snapshot(PgqWrite *w)
 	w->snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	w->estate->es_snapshot = w->snapshot;
 	w->estate->es_output_cid = w->cid;
+
+	/*
+	 * The slots of the turns this snapshot sees: the scheduler commits a
+	 * turn before any pass writes the slot it made current, so a snapshot
+	 * that sees a row of it was taken after the turn's invalidation was
+	 * sent (ring.c).
+	 */
+	(void) pgq_write_refresh_views(w);
 }
 
 /* The current slot of pgqueue.queue, opened now; it becomes w->job. */
@@ -584,6 +592,7 @@ pgq_write_end(PgqWrite *w)
 {
 	pgq_write_close(w);
 	UnregisterSnapshot(w->snapshot);
+	pgq_call_end();
 }
 
 /*

@@ -263,6 +263,14 @@ pgq_run_pass(const char *dbname)
 		forget_wanted = false;
 	}
 
+	/*
+	 * The rings' turns, in a transaction of their own that has sent its
+	 * invalidations before the pass begins: a claim that sees the pass's
+	 * rows then sees the slot they went into (ring.c).
+	 */
+	if (!paused && pgq_ring_maintain_wanted())
+		pgq_short_xact(pgq_ring_maintain);
+
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -274,7 +282,6 @@ pgq_run_pass(const char *dbname)
 		else
 		{
 			pgstat_report_activity(STATE_RUNNING, "pgqueue scheduling pass");
-			pgq_ring_maintain();	/* work_queue's slots (ring.c) */
 			SPI_connect();
 			moved = pgq_schedule_pass(pgqueue_batch_size);
 			SPI_finish();
