@@ -355,6 +355,7 @@ extern Oid	pgq_slot_index_relid(Relation rel, const char *role);
 /* ring.c: the slots of pgqueue.queue and pgqueue.work_queue */
 extern int	pgqueue_slot_size_kb;
 extern void pgq_ring_view(Oid nsp, const char *name, PgqRingView *v);
+extern void pgq_ring_check_full(void);
 extern bool pgq_ring_maintain_wanted(void);
 extern void pgq_ring_maintain(void);
 extern bool pgq_ring_shrink_wanted(void);

@@ -254,6 +254,7 @@ typedef struct RingNotes
 
 static RingNotes ring_notes[2];
 static TimestampTz next_maintain = 0;
+static bool full_wanted = false;	/* a current slot is full: look at once */
 static bool shrink_wanted[2];	/* a ring has more free slots than it keeps */
 static bool stats_flush_wanted = false; /* a slot's counts zeroed: flush them */
 static TimestampTz next_shrink = 0;
@@ -1254,16 +1255,39 @@ ring_move_jobs(void *arg)
 	SPI_finish();
 }
 
+/*
+ * After a scheduling pass, in its transaction: whether a current slot has
+ * grown to pgqueue.slot_size (two relation sizes), which makes the next
+ * look at the rings due at once (pgq_ring_maintain_wanted), so that a
+ * slot does not outgrow its size by the passes of PGQ_RING_MAINTAIN_USECS.
+ */
+void
+pgq_ring_check_full(void)
+{
+	Oid			nsp;
+	PgqRingView w;
+	PgqRingView j;
+
+	if (pgq_layout() != PGQ_V11)
+		return;
+	nsp = get_namespace_oid("pgqueue", false);
+	pgq_ring_view(nsp, "work_queue", &w);
+	pgq_ring_view(nsp, "queue", &j);
+	if (slot_full(w.relid[0]) || slot_full(j.relid[0]))
+		full_wanted = true;
+}
+
 /* Whether the scheduler's look at the rings is due (pgq_ring_maintain). */
 bool
 pgq_ring_maintain_wanted(void)
 {
-	return GetCurrentTimestamp() >= next_maintain;
+	return full_wanted || GetCurrentTimestamp() >= next_maintain;
 }
 
 /*
  * The scheduler's look at the rings, at most every
- * PGQ_RING_MAINTAIN_USECS, in a transaction of its own before a pass: it
+ * PGQ_RING_MAINTAIN_USECS and at once when a current slot is full
+ * (pgq_ring_check_full), in a transaction of its own before a pass: it
  * commits, and its invalidations are sent, before the pass that may write
  * a slot it made current begins (ring.c's rule).  Only for 1.1 databases.
  * Never raises an error of its own: each step runs in a subtransaction,
@@ -1277,6 +1301,7 @@ pgq_ring_maintain(void)
 	Oid			nsp;
 
 	next_maintain = GetCurrentTimestamp() + PGQ_RING_MAINTAIN_USECS;
+	full_wanted = false;
 	if (pgq_layout() != PGQ_V11)
 		return;
 	nsp = get_namespace_oid("pgqueue", false);

@@ -285,6 +285,7 @@ pgq_run_pass(const char *dbname)
 			SPI_connect();
 			moved = pgq_schedule_pass(pgqueue_batch_size);
 			SPI_finish();
+			pgq_ring_check_full();	/* the next look at the rings at once? */
 			pgq_count_now(PGQ_PASSES, 1);
 		}
 	}
