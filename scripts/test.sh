@@ -44,6 +44,10 @@ perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
 case " $KINDS " in *" fuzz "*)
 	command -v sqlsmith >/dev/null || need+=(sqlsmith) ;;
 esac
+# gdb holds the scheduler in a race window (t/025_ring_wake_after_turn.pl)
+case " $KINDS " in *" tap "*)
+	command -v gdb >/dev/null || need+=(gdb) ;;
+esac
 # the soak's and the fuzzer's drivers: Debian's psycopg 3, for /usr/bin/python3
 case " $KINDS " in *" soak "*|*" fuzz "*)
 	/usr/bin/python3 -c 'import psycopg' 2>/dev/null || need+=(python3-psycopg) ;;

@@ -1,4 +1,4 @@
-# Issue 29, defects 1, 2 and 3: a call that sees the ring as it was when its
+# A call that sees the ring as it was when its
 # transaction first called pgqueue.  The scheduler turns the rings (a new
 # current slot, rows moved from old slots, emptied slots truncated and
 # free) between two calls of one transaction, or while a blocking claim

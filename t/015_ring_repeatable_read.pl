@@ -1,4 +1,4 @@
-# Issue 29, defect 4: a REPEATABLE READ transaction whose snapshot was
+# A REPEATABLE READ transaction whose snapshot was
 # taken before the scheduler moved a job's row out of an old slot (a
 # straggler move) and found that slot empty ('drained': calls no longer
 # visit it, but it is not truncated while such a snapshot is open).  The

@@ -1,4 +1,4 @@
-# Issue 29, defect 6: pg_dump never fails because of the ring.  The
+# pg_dump never fails because of the ring.  The
 # scheduler keeps two free slots of a ring and drops the others (src/ring.c,
 # ring_shrink); pg_dump lists the tables in its snapshot, then locks each by
 # name: a slot dropped in between made it fail with 'relation

@@ -1,4 +1,4 @@
-# Issue 29, defect 8 (the REPEATABLE READ reader on a hot standby): with
+# The REPEATABLE READ reader on a hot standby: with
 # hot_standby_feedback on, a snapshot taken on the standby is never shown a
 # truncated slot's rows as missing.  A reader whose snapshot was taken while
 # 30 jobs were pending (before it read pgqueue, so it holds no lock that

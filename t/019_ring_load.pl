@@ -1,4 +1,4 @@
-# Issue 29, defect 14: under load, with the rings turning every few
+# Under load, with the rings turning every few
 # seconds, claims that wait 200 ms and acks: no job is left 'scheduled'
 # without its work_queue row, every job pushed is acked once, and every ack
 # that answered true of a job whose queue keeps an archive wrote its

@@ -1,4 +1,4 @@
-# The removal of expired archive partitions (issue 29, defects 10-12):
+# The removal of expired archive partitions:
 # the scheduler retires them (DETACH, then a member of the extension, which
 # pg_dump neither dumps nor locks) in a transaction of its own, without
 # waiting for a session that uses one, and drops a retired table once no

@@ -1,4 +1,4 @@
-# Issue 29, defect 7: a restore into a database whose scheduler is running
+# A restore into a database whose scheduler is running
 # brings back every job and every setting, and a paused queue stays paused
 # throughout.
 #

@@ -1,4 +1,4 @@
-# Issue 29, defect 13: a database named in pgqueue.database stays usable
+# A database named in pgqueue.database stays usable
 # as a template, and can be renamed, moved to another tablespace and
 # dropped, while its scheduler runs.  Such a command fails when another
 # session is connected to the database it acts on, and the scheduler is

@@ -1,5 +1,5 @@
-# Helpers of the tests that turn the rings on demand (issue 29's defects:
-# t/014 to t/019).  The rings turn only in the scheduler (src/ring.c,
+# Helpers of the tests that turn the rings on demand (t/014 to t/027).
+# The rings turn only in the scheduler (src/ring.c,
 # pgq_ring_maintain): these push jobs until the scheduler has made a new
 # slot current, and poll, with a bound of their own, for what a test waits
 # for (a test of a defect must not wait 180 s when the defect is there).
