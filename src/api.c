@@ -967,6 +967,12 @@ pgq_stats(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 
+	/*
+	 * Not read-only: the statement takes a snapshot of its own after its
+	 * plan has locked the slots, as a statement sent by a client does; the
+	 * caller's may be older than a slot truncated before those locks
+	 * (ring.c).
+	 */
 	SPI_connect();
 	if (SPI_execute_plan(pgq_keep_plan(&plan_stats,
 									   "WITH t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts),"
@@ -993,7 +999,7 @@ pgq_stats(PG_FUNCTION_ARGS)
 									   "   FROM n LEFT JOIN j ON j.queue = n.queue LEFT JOIN w ON w.queue = n.queue"
 									   "  ORDER BY n.queue",
 									   0, NULL),
-						 NULL, NULL, true, 0) != SPI_OK_SELECT)
+						 NULL, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "stats failed");
 
 	for (i = 0; i < SPI_processed; i++)

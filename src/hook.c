@@ -16,8 +16,8 @@
  * rows are not in yet) and truncates or drops them, and writes
  * pgqueue.slots rows of its own, on which the dump's rows then fail.
  *
- * So such a statement, sent at top level by a session that is not a
- * pgqueue process (as pg_restore and psql send them; not one run by a
+ * So such a statement, sent at top level by a superuser's session that is
+ * not a pgqueue process (as pg_restore and psql send them; not one run by a
  * function or DO block, an extension's script, or pgqueue's own DDL,
  * pgq_spi_ddl), lists the session in shared memory for its database
  * (shmem.c, pgq_restore_note).  The statements: COPY ... FROM into a table
@@ -251,9 +251,9 @@ pgq_loads_tables(Node *parsetree)
 
 /*
  * A statement of this session loads pgqueue's tables: when its database
- * has a scheduler (is named in pgqueue.database), list the session as
- * restoring (shmem.c), and say once per session what that means.  The
- * caller is inside a transaction.
+ * has a scheduler (is named in pgqueue.database) and the session's role
+ * is a superuser, list the session as restoring (shmem.c), and say once
+ * per session what that means.  The caller is inside a transaction.
  */
 static void
 pgq_restore_begins(void)
@@ -275,6 +275,14 @@ pgq_restore_begins(void)
 		}
 	}
 	if (my_db_scheduled == 0)
+		return;
+
+	/*
+	 * Only a superuser restores pgqueue (CREATE EXTENSION pgqueue needs
+	 * one, and its tables belong to it): another role that sends such a
+	 * statement is refused by it, and must not pause the scheduler.
+	 */
+	if (!superuser())
 		return;
 	if (pgq_restore_note() && !logged)
 	{

@@ -488,6 +488,8 @@ pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 {
 	PgqSubCounts *s = sub_counts;
 
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		pgq_calls_at_subxact_abort(mySubid);
 	if ((event != SUBXACT_EVENT_COMMIT_SUB && event != SUBXACT_EVENT_ABORT_SUB) ||
 		s == NULL || s->subid != mySubid)
 		return;

@@ -42,11 +42,11 @@
  * their slot, and the ring, from turning.  VACUUM keeps slot 0.
  *
  * The rule: how a call learns the ring's state.  Only the scheduler
- * changes a ring (pgq_ring_maintain before its passes, and
- * pgq_ring_shrink after them, each in a transaction of its own: a turn
- * has sent its invalidations before a pass writes the slot it made
- * current), and every change commits with a relcache invalidation of the
- * parent.  A call reads
+ * changes a ring (pgq_ring_maintain, its turns, then pgq_ring_move, the
+ * straggler moves, before its passes, and pgq_ring_shrink after them,
+ * each in a transaction of its own: a turn has sent its invalidations
+ * before a move or a pass writes the slot it made current), and every
+ * change commits with a relcache invalidation of the parent.  A call reads
  * the ring at each call, not once per transaction: pgq_ring_view reads the
  * invalidations sent so far (AcceptInvalidationMessages) before it looks
  * at its cached view.  Taking the lock on the parent would not do: a
@@ -114,8 +114,10 @@
  * ended.  A backend whose xmin is older took its oldest snapshot before:
  * a statement of its own that reads the slot took its locks on it before
  * its snapshot (the planner locks every partition), so the truncation
- * waits for it all the same; but a pgqueue call opens slots after it took
- * its snapshot, and a backend with an old snapshot (a worker function
+ * waits for it all the same (not so a statement in a STABLE function, run
+ * on its caller's snapshot: README says so; pgq_stats is VOLATILE and
+ * takes its own); but a pgqueue call opens slots after it took its
+ * snapshot, and a backend with an old snapshot (a worker function
  * holding its statement's, a cursor) may make calls with new ones: the
  * calls under way at D are noted too, each waited for to its end
  * (shmem.c, "Calls under way").  A REPEATABLE READ transaction open across many turns of the
@@ -1098,9 +1100,8 @@ slot_has_stragglers(Ring *ring, RingSlot *s, TimestampTz old)
 
 /*
  * Run a move statement, an UPDATE of the parent that sets slot = $1 on the
- * rows of slot $2 (from) and returns rows (waiting for a row another
- * transaction writes no longer than pgq_upkeep_try lets it); its rows are
- * in SPI_tuptable.
+ * rows of slot $2 (from) that no other transaction holds, and returns rows
+ * (in SPI_tuptable).
  */
 static void
 ring_move_rows(const char *sql, int32 to, const char *name, int32 from)
@@ -1117,72 +1118,84 @@ ring_move_rows(const char *sql, int32 to, const char *name, int32 from)
 }
 
 /*
+ * The straggler moves the scheduler's last look at the rings planned
+ * (ring_move_plan), for its next transaction (pgq_ring_move): the slots of
+ * work_queue whose rows go to slot planned_to, and those of queue whose
+ * rows go to slot 0.
+ */
+static int32 planned_to = -1;
+static int	nplanned_work = 0;
+static int32 planned_work[PGQ_MAX_SLOTS];
+static int	nplanned_jobs = 0;
+static int32 planned_jobs[PGQ_MAX_SLOTS];
+
+/*
  * Straggler moves: rows that stay in an old slot (a long lease, a queue
  * whose workers stopped) would keep it from ever draining, and the ring
  * would grow.  The few rows left in a live slot that stopped being
  * current (another slot became current after it) more than
- * PGQ_MOVE_AGE_USECS ago are moved to the current slot by an UPDATE of
- * their slot through the parent, which PostgreSQL carries out as a delete
- * and an insert with the same values (id, lease, tries, version), locking
- * each row (waiting a moment at most for a row another transaction
- * writes: pgq_upkeep_try).  An ack, extend or nack that finds its row moved
- * looks for it again (tables.c, pgq_write_work); a claim that meets a row
- * being moved skips it; a statement on the parent that meets it fails
- * with 40001, which pgq_execute_moving retries under READ COMMITTED.  The
- * rows keep their keys, so the scan bounds are lowered to them at commit
- * (bounds.c).
+ * PGQ_MOVE_AGE_USECS ago are moved to the current slot (work_queue) or to
+ * slot 0 (queue: ring_move_jobs), by an UPDATE of their slot through the
+ * parent, which PostgreSQL carries out as a delete and an insert with the
+ * same values (id, lease, tries, version).  A row another transaction
+ * holds is left for a later look (FOR UPDATE SKIP LOCKED): a worker that
+ * holds its job's row in an open transaction delays nothing.  An ack,
+ * extend or nack that finds its row moved looks for it again (tables.c,
+ * pgq_write_row); a claim that meets a row being moved skips it; a
+ * statement on the parent that meets it fails with 40001, which
+ * pgq_execute_moving retries under READ COMMITTED.  The rows keep their
+ * keys, so the scan bounds are lowered to them at commit (bounds.c).
+ *
+ * The moves run in a transaction after the look that planned them: a row
+ * moved into a slot made current in the same transaction would be seen by
+ * a snapshot before the slot's turn is read from its invalidation (ring.c's
+ * rule), and the current slot's low (no row older: claims begin its walk
+ * there) is lowered to the moved rows' oldest by the look, before any of
+ * them is moved.  Here, in the look: plan.
  */
 static void
-ring_move(void *arg)
+ring_move_plan(void *arg)
 {
 	TimestampTz old = GetCurrentTimestamp() - PGQ_MOVE_AGE_USECS;
 	Ring		ring;
-	Oid			parent = ring_open(RING_WORK, AccessShareLock, &ring);
-	RingSlot   *cur = &ring.slots[ring.current];
+	Oid			parent;
+	RingSlot   *cur;
 	TimestampTz oldest = DT_NOEND;
 	int			i;
 
+	nplanned_work = nplanned_jobs = 0;
+	planned_to = -1;
+
+	(void) ring_open(RING_QUEUE, AccessShareLock, &ring);
+	for (i = 0; i < ring.n; i++)
+		if (ring.slots[i].slot != 0 && slot_has_stragglers(&ring, &ring.slots[i], old))
+			planned_jobs[nplanned_jobs++] = ring.slots[i].slot;
+
+	parent = ring_open(RING_WORK, AccessShareLock, &ring);
+	cur = &ring.slots[ring.current];
 	SPI_connect();
 	for (i = 0; i < ring.n; i++)
 	{
 		RingSlot   *s = &ring.slots[i];
-		uint64		j;
-		TimestampTz ready = DT_NOEND;
-		TimestampTz lease = DT_NOEND;
+		Oid			type = INT4OID;
+		Datum		arg = Int32GetDatum(s->slot);
+		bool		isnull;
+		Datum		d;
 
 		if (!slot_has_stragglers(&ring, s, old))
 			continue;
-		ring_move_rows("UPDATE pgqueue.work_queue w SET slot = $1 WHERE w.slot = $2"
-					   " RETURNING w.created, w.lock_timeout",
-					   cur->slot, "work_queue", s->slot);
-		for (j = 0; j < SPI_processed; j++)
-		{
-			bool		cnull;
-			bool		lnull;
-			TimestampTz c = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[j],
-															  SPI_tuptable->tupdesc, 1, &cnull));
-			TimestampTz l = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[j],
-															  SPI_tuptable->tupdesc, 2, &lnull));
-
-			if (lnull && c < ready)
-				ready = c;
-			if (!lnull && l < lease)
-				lease = l;
-			if (c < oldest)
-				oldest = c;
-		}
-		if (SPI_processed > 0)
-		{
-			pgq_bound_hold(PGQ_BOUND_READY);
-			pgq_bound_hold(PGQ_BOUND_LEASE);
-			if (ready != DT_NOEND)
-				pgq_bound_lower_at_commit(PGQ_BOUND_READY, pgq_time_key(ready));
-			if (lease != DT_NOEND)
-				pgq_bound_lower_at_commit(PGQ_BOUND_LEASE, pgq_time_key(lease));
-		}
+		if (SPI_execute_with_args("SELECT min(w.created) FROM pgqueue.work_queue w WHERE w.slot = $1",
+								  1, &type, &arg, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the oldest row of slot %d of pgqueue.work_queue",
+				 s->slot);
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull && DatumGetTimestampTz(d) < oldest)
+			oldest = DatumGetTimestampTz(d);
+		planned_work[nplanned_work++] = s->slot;
 	}
+	planned_to = cur->slot;
 
-	/* the current slot now holds rows older than it: claims must know */
+	/* the current slot will hold rows older than it: claims must know first */
 	if (oldest < cur->low)
 	{
 		Oid			types[2] = {INT4OID, TIMESTAMPTZOID};
@@ -1201,6 +1214,57 @@ ring_move(void *arg)
 	SPI_finish();
 }
 
+/* The straggler moves of work_queue that the last look planned. */
+static void
+ring_move(void *arg)
+{
+	Ring		ring;
+	int			i;
+
+	(void) ring_open(RING_WORK, AccessShareLock, &ring);
+	if (ring.slots[ring.current].slot != planned_to)
+		return;					/* the ring turned since: planned again */
+
+	SPI_connect();
+	for (i = 0; i < nplanned_work; i++)
+	{
+		uint64		j;
+		TimestampTz ready = DT_NOEND;
+		TimestampTz lease = DT_NOEND;
+
+		ring_move_rows("UPDATE pgqueue.work_queue w SET slot = $1"
+					   " WHERE w.slot = $2 AND w.id = ANY (ARRAY("
+					   "   SELECT m.id FROM pgqueue.work_queue m WHERE m.slot = $2"
+					   "      FOR UPDATE SKIP LOCKED))"
+					   " RETURNING w.created, w.lock_timeout",
+					   planned_to, "work_queue", planned_work[i]);
+		for (j = 0; j < SPI_processed; j++)
+		{
+			bool		cnull;
+			bool		lnull;
+			TimestampTz c = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[j],
+															  SPI_tuptable->tupdesc, 1, &cnull));
+			TimestampTz l = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[j],
+															  SPI_tuptable->tupdesc, 2, &lnull));
+
+			if (lnull && c < ready)
+				ready = c;
+			if (!lnull && l < lease)
+				lease = l;
+		}
+		if (SPI_processed > 0)
+		{
+			pgq_bound_hold(PGQ_BOUND_READY);
+			pgq_bound_hold(PGQ_BOUND_LEASE);
+			if (ready != DT_NOEND)
+				pgq_bound_lower_at_commit(PGQ_BOUND_READY, pgq_time_key(ready));
+			if (lease != DT_NOEND)
+				pgq_bound_lower_at_commit(PGQ_BOUND_LEASE, pgq_time_key(lease));
+		}
+	}
+	SPI_finish();
+}
+
 /*
  * Straggler moves of queue: the job rows left in an old slot (jobs due
  * later, dead letters, a paused queue's backlog, a job held under a lease
@@ -1208,33 +1272,28 @@ ring_move(void *arg)
  * may stay for days, so they go to the cold slot 0 (never rotated: VACUUM
  * keeps it, and only such jobs and those with a dedup_key live there), by
  * an UPDATE of their slot through the parent, which PostgreSQL carries
- * out as a delete and an insert: a statement on the parent that meets the
- * row being moved fails with a serialization error rather than skip it,
- * and an ack or nack looks for it again (tables.c, pgq_write_job_row).  The
- * ready rows keep their keys: the scheduling processes are told of them as
- * of new ready jobs in slot 0 (publish.c).
+ * out as a delete and an insert (see ring_move for the rest: the slots
+ * are those the last look planned, a row held by another transaction is
+ * left for later).  The ready rows keep their keys: the scheduling
+ * processes are told of them as of new ready jobs in slot 0 (publish.c).
  */
 static void
 ring_move_jobs(void *arg)
 {
-	TimestampTz old = GetCurrentTimestamp() - PGQ_MOVE_AGE_USECS;
-	Ring		ring;
 	int			i;
 
-	(void) ring_open(RING_QUEUE, AccessShareLock, &ring);
-
 	SPI_connect();
-	for (i = 0; i < ring.n; i++)
+	for (i = 0; i < nplanned_jobs; i++)
 	{
-		RingSlot   *s = &ring.slots[i];
 		uint64		j;
 
-		if (s->slot == 0 || !slot_has_stragglers(&ring, s, old))
-			continue;
-		ring_move_rows("UPDATE pgqueue.queue q SET slot = $1 WHERE q.slot = $2"
+		ring_move_rows("UPDATE pgqueue.queue q SET slot = $1"
+					   " WHERE q.slot = $2 AND q.id = ANY (ARRAY("
+					   "   SELECT m.id FROM pgqueue.queue m WHERE m.slot = $2"
+					   "      FOR UPDATE SKIP LOCKED))"
 					   " RETURNING q.queue, q.state IN ('pending', 'retry'),"
 					   "   -(q.priority::bigint), q.run_after",
-					   0, "queue", s->slot);
+					   0, "queue", planned_jobs[i]);
 		for (j = 0; j < SPI_processed; j++)
 		{
 			HeapTuple	tup = SPI_tuptable->vals[j];
@@ -1309,10 +1368,32 @@ pgq_ring_maintain(void)
 		return;
 	pgq_upkeep_try(ring_turn, &rings[RING_WORK], "turn the ring of pgqueue.work_queue",
 				   "The scheduler tries again before its next pass.");
-	pgq_upkeep_try(ring_move, NULL, "move the rows left in old slots of pgqueue.work_queue",
-				   "The scheduler tries again before its next pass.");
 	pgq_upkeep_try(ring_turn, &rings[RING_QUEUE], "turn the ring of pgqueue.queue",
 				   "The scheduler tries again before its next pass.");
-	pgq_upkeep_try(ring_move_jobs, NULL, "move the rows left in old slots of pgqueue.queue",
+	pgq_upkeep_try(ring_move_plan, NULL, "plan the moves of the rows left in old slots",
 				   "The scheduler tries again before its next pass.");
+}
+
+/* Whether the last look at the rings planned straggler moves (pgq_ring_move). */
+bool
+pgq_ring_move_wanted(void)
+{
+	return nplanned_work > 0 || nplanned_jobs > 0;
+}
+
+/*
+ * The straggler moves planned by the last look at the rings
+ * (ring_move_plan), in a transaction of their own after its commit.  As
+ * pgq_ring_maintain, never raises an error of its own.
+ */
+void
+pgq_ring_move(void)
+{
+	if (nplanned_work > 0)
+		pgq_upkeep_try(ring_move, NULL, "move the rows left in old slots of pgqueue.work_queue",
+					   "The scheduler tries again after its next look at the rings.");
+	if (nplanned_jobs > 0)
+		pgq_upkeep_try(ring_move_jobs, NULL, "move the rows left in old slots of pgqueue.queue",
+					   "The scheduler tries again after its next look at the rings.");
+	nplanned_work = nplanned_jobs = 0;
 }

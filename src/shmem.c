@@ -18,6 +18,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "access/twophase.h"
+#include "access/xact.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -54,8 +55,15 @@ static bool pgq_held_locked(int dbindex);
 #define PGQ_VXID_BACKEND(v) ((int) (v).backendId)
 #endif
 
-/* pgqueue calls under way in this backend (nested ones count once) */
+/*
+ * pgqueue calls under way in this backend (nested ones count once), and
+ * the subtransaction each of the first PGQ_CALL_LEVELS began in: a call
+ * that an error ends inside a subtransaction (a PL/pgSQL EXCEPTION block)
+ * is over when the subtransaction is rolled back.
+ */
+#define PGQ_CALL_LEVELS 8
 static int	call_depth = 0;
+static SubTransactionId call_subid[PGQ_CALL_LEVELS];
 static uint32 call_last = 1;	/* the last call's mark: odd, never 0 */
 static bool call_exit_registered = false;
 
@@ -631,6 +639,8 @@ pgq_call_begin(void)
 {
 	int			b = PGQ_MY_BACKEND();
 
+	if (call_depth < PGQ_CALL_LEVELS)
+		call_subid[call_depth] = GetCurrentSubTransactionId();
 	if (call_depth++ > 0 || pgq_shared == NULL || b < 0 || b >= pgq_shared->ncalls)
 		return;
 	if (!call_exit_registered)
@@ -662,6 +672,24 @@ pgq_calls_at_xact_end(void)
 		call_depth = 0;
 		pgq_call_clear(0, (Datum) 0);
 	}
+}
+
+/*
+ * When subtransaction subid rolls back: the calls begun in it (or in one
+ * of its children, whose ids are higher) are over.  Calls nested deeper
+ * than PGQ_CALL_LEVELS stay counted until the transaction ends (the
+ * scheduler then waits longer, never less).
+ */
+void
+pgq_calls_at_subxact_abort(SubTransactionId subid)
+{
+	if (call_depth == 0)
+		return;
+	while (call_depth > 0 && call_depth <= PGQ_CALL_LEVELS &&
+		   call_subid[call_depth - 1] >= subid)
+		call_depth--;
+	if (call_depth == 0)
+		pgq_call_clear(0, (Datum) 0);
 }
 
 /*

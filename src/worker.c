@@ -269,7 +269,12 @@ pgq_run_pass(const char *dbname)
 	 * rows then sees the slot they went into (ring.c).
 	 */
 	if (!paused && pgq_ring_maintain_wanted())
+	{
 		pgq_short_xact(pgq_ring_maintain);
+		/* the rows left in old slots, moved once the turns are committed */
+		if (pgq_ring_move_wanted())
+			pgq_short_xact(pgq_ring_move);
+	}
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
