@@ -1161,15 +1161,20 @@ ring_move_plan(void *arg)
 	Oid			parent;
 	RingSlot   *cur;
 	TimestampTz oldest = DT_NOEND;
+	int32		work[PGQ_MAX_SLOTS];
+	int32		jobs[PGQ_MAX_SLOTS];
+	int			nwork = 0;
+	int			njobs = 0;
 	int			i;
 
+	/* no plan unless this one is complete (an error leaves none) */
 	nplanned_work = nplanned_jobs = 0;
 	planned_to = -1;
 
 	(void) ring_open(RING_QUEUE, AccessShareLock, &ring);
 	for (i = 0; i < ring.n; i++)
 		if (ring.slots[i].slot != 0 && slot_has_stragglers(&ring, &ring.slots[i], old))
-			planned_jobs[nplanned_jobs++] = ring.slots[i].slot;
+			jobs[njobs++] = ring.slots[i].slot;
 
 	parent = ring_open(RING_WORK, AccessShareLock, &ring);
 	cur = &ring.slots[ring.current];
@@ -1191,9 +1196,8 @@ ring_move_plan(void *arg)
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (!isnull && DatumGetTimestampTz(d) < oldest)
 			oldest = DatumGetTimestampTz(d);
-		planned_work[nplanned_work++] = s->slot;
+		work[nwork++] = s->slot;
 	}
-	planned_to = cur->slot;
 
 	/* the current slot will hold rows older than it: claims must know first */
 	if (oldest < cur->low)
@@ -1212,6 +1216,12 @@ ring_move_plan(void *arg)
 		CacheInvalidateRelcacheByRelid(parent);
 	}
 	SPI_finish();
+
+	memcpy(planned_work, work, sizeof(int32) * nwork);
+	nplanned_work = nwork;
+	memcpy(planned_jobs, jobs, sizeof(int32) * njobs);
+	nplanned_jobs = njobs;
+	planned_to = cur->slot;
 }
 
 /* The straggler moves of work_queue that the last look planned. */
