@@ -147,7 +147,11 @@ if [ "$MODE" = ring ]; then
 	# a streaming hot standby on the next free port
 	SPORT=$(free_port $((PORT + 1)))
 	[ -n "$SPORT" ] || { echo "soak: no second free port in $RANGE"; echo "soak: 0 passed, 1 failed"; exit 1; }
+	# with a replication slot: a standby that falls behind under load keeps
+	# its WAL (without one the primary removed segments it still needed),
+	# and its feedback xmin is the slot's (what the rings' truncation reads)
 	"$BIN/pg_basebackup" -h "$DIR" -p "$PORT" -U postgres -D "$STANDBY" -R -X stream -c fast \
+		-C -S soak_standby \
 		>"$DIR/basebackup.log" 2>&1 || { cat "$DIR/basebackup.log"; echo "soak: 0 passed, 1 failed"; exit 1; }
 	cat >>"$STANDBY/postgresql.conf" <<EOF
 port = $SPORT
