@@ -465,6 +465,7 @@ extern void pgq_archive_maintain(void);
 extern void pgq_retire_partition(Oid parent, Oid relid);
 extern bool pgq_snapshots_before(TransactionId xid);
 extern bool pgq_standby_snapshots_before(TransactionId xid);
+extern void pgq_standby_conflict(Relation rel, TransactionId xid);
 extern bool pgq_retired_drop_wanted(void);
 extern void pgq_retired_drop(void);
 

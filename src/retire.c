@@ -43,8 +43,12 @@
  */
 #include "postgres.h"
 
+#include "access/nbtxlog.h"
+#include "access/rmgr.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xloginsert.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
@@ -234,6 +238,71 @@ pgq_standby_snapshots_before(TransactionId xid)
 	}
 	pgq_spi_finish(nest);
 	return found;
+}
+
+/*
+ * Make a hot standby cancel, before it replays what this transaction does
+ * next (a TRUNCATE of rel), every query whose snapshot may have been taken
+ * before xid was assigned: the recovery conflict that VACUUM's cleanup
+ * raises for the snapshots that could still see the rows it removes.
+ *
+ * hot_standby_feedback lets the primary wait for the standby's snapshots
+ * (pgq_standby_snapshots_before), but only as far as the primary knows
+ * them: a standby that runs without it, one that is away, and a
+ * replication slot whose xmin a crash of the primary set back to what the
+ * last checkpoint saved (an invalid one, if no checkpoint saved the
+ * standby's feedback) report nothing, and a standby snapshot taken before
+ * the slot's rows were deleted, reading the slot after the truncation was
+ * replayed, would find it empty: a wrong answer, without an error.  With
+ * this record replay waits for such a query up to
+ * max_standby_streaming_delay, then cancels it (SQLSTATE 40001, "conflict
+ * with recovery"), as it does for VACUUM.
+ *
+ * The record is a btree XLOG_BTREE_REUSE_PAGE, whose replay does nothing
+ * but that (ResolveRecoveryConflictWithSnapshotFullXid for its horizon in
+ * its relation's database; it names no page to read), and which every
+ * standby replays without pgqueue loaded: a resource manager of our own
+ * would make a standby without pgqueue in shared_preload_libraries fail to
+ * replay.  Its horizon is xid - 1: every snapshot whose xmin is not later
+ * (the ones that may not see every transaction before xid as ended) is
+ * cancelled.  Pass the next transaction id read after the slot's last rows
+ * were found deleted (waits_over).  With hot_standby_feedback on and the
+ * standby connected, no standby snapshot is that old when the primary
+ * truncates, and nothing is cancelled.
+ */
+void
+pgq_standby_conflict(Relation rel, TransactionId xid)
+{
+	xl_btree_reuse_page xlrec;
+	FullTransactionId next;
+	FullTransactionId horizon;
+	uint32		epoch;
+
+	if (!XLogStandbyInfoActive() || !TransactionIdIsNormal(xid))
+		return;
+
+	/* xid was read before next: in next's epoch, or the one before */
+	next = ReadNextFullTransactionId();
+	epoch = EpochFromFullTransactionId(next);
+	if (xid > XidFromFullTransactionId(next) && epoch > 0)
+		epoch--;
+	horizon = FullTransactionIdFromEpochAndXid(epoch, xid);
+	FullTransactionIdRetreat(&horizon);
+
+	memset(&xlrec, 0, sizeof(xlrec));
+#if PG_VERSION_NUM >= 160000
+	xlrec.locator = rel->rd_locator;
+	xlrec.snapshotConflictHorizon = horizon;
+	xlrec.isCatalogRel = false;
+#else
+	xlrec.node = rel->rd_node;
+	xlrec.latestRemovedFullXid = horizon;
+#endif
+	xlrec.block = 0;
+
+	XLogBeginInsert();
+	XLogRegisterData((char *) &xlrec, SizeOfBtreeReusePage);
+	(void) XLogInsert(RM_BTREE_ID, XLOG_BTREE_REUSE_PAGE);
 }
 
 /* Whether pgq_retired_drop is due (see PGQ_RETIRED_RETRY_USECS). */

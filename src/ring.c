@@ -127,7 +127,11 @@
  * started), every backend with a snapshot at D is waited for.  A hot
  * standby's snapshots are known only as the oldest xmin it reports with
  * hot_standby_feedback: a slot is truncated once that is at least the next
- * xid at D (waits_over).  Such a snapshot, older than the call's view,
+ * xid at D (waits_over), and the truncation is preceded in the WAL by a
+ * recovery conflict that cancels, on a standby, every snapshot older than
+ * that xid which the primary did not know of (pgq_standby_conflict:
+ * without feedback, or after a crash set a replication slot's xmin back).
+ * Such a snapshot, older than the call's view,
  * may see rows in a drained slot: under REPEATABLE READ and SERIALIZABLE
  * the view has the drained slots too, so a call finds the rows its
  * snapshot sees, and a row moved or deleted since is a clean 40001.
@@ -862,6 +866,13 @@ ring_turn(void *arg)
 				set_state(name, s, SLOT_LIVE);
 				changed = true;
 				continue;
+			}
+			/* a standby snapshot older than the deletes: cancelled */
+			{
+				Relation	rel = relation_open(s->relid, NoLock);
+
+				pgq_standby_conflict(rel, rn->next_xid[s->slot]);
+				relation_close(rel, NoLock);
 			}
 			ring_ddl(psprintf("TRUNCATE pgqueue.%s",
 							  quote_identifier(get_rel_name(s->relid))));

@@ -7,7 +7,9 @@
 # snapshot before it truncates the slot, or the reader gets a clean error
 # (SQLSTATE 40001, as a recovery conflict has).  On fd91433 the primary
 # waits only for its own backends (note_waits), truncates, and the reader
-# counts 0.
+# counts 0.  Then without hot_standby_feedback (as after a crash of the
+# primary that set its replication slot's xmin back): the replay of the
+# truncation's recovery conflict cancels such a reader instead.
 use strict;
 use warnings;
 
@@ -29,6 +31,34 @@ $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION pgqueue');
 
 sub p1 { return $primary->safe_psql('postgres', $_[0]); }
+
+# The reader counts queue s's jobs: (whether its psql is alive, the count,
+# the error, its stderr).  A clean error may end the session (FATAL, as a
+# recovery conflict does to a session idle in a transaction): then psql
+# exits.
+sub reader_count
+{
+	my ($r) = @_;
+	my ($c, $e);
+	$r->{stderr} = '';
+	my $ok = eval { ($c, $e) = $r->query(q{SELECT count(*) FROM pgqueue.queue WHERE queue = 's'}); 1 };
+	return ($ok, $c, $e, $r->{stderr});
+}
+
+sub end_reader
+{
+	my ($r, $ok) = @_;
+	if ($ok)
+	{
+		$r->{stderr} = '';
+		$r->query('ROLLBACK');
+		$r->quit;
+	}
+	else
+	{
+		$r->{run}->kill_kill;
+	}
+}
 
 # queue's ring past slot 0 (its cold slot, never drained)
 p1(q{SELECT pgq_configure('p', paused => true)});
@@ -84,12 +114,7 @@ my $truncated = poll_bounded($primary,
 note "slot $slot on the primary: " . slot_state($primary, 'queue', $slot);
 $primary->wait_for_catchup($standby);
 
-$reader->{stderr} = '';
-# a clean error may end the session (FATAL, as a recovery conflict does to
-# a session idle in a transaction): then psql exits
-my ($count, $err);
-my $alive = eval { ($count, $err) = $reader->query(q{SELECT count(*) FROM pgqueue.queue WHERE queue = 's'}); 1 };
-my $stderr = $reader->{stderr};
+my ($alive, $count, $err, $stderr) = reader_count($reader);
 if (!$alive || $err)
 {
 	like($stderr, qr/(ERROR|FATAL):\s+40001:/, 'defect 8: the reader got a clean error (40001)');
@@ -98,22 +123,80 @@ else
 {
 	is($count, '30', 'defect 8: the reader still counts the 30 jobs its snapshot saw');
 }
-if ($alive)
-{
-	$reader->{stderr} = '';
-	$reader->query('ROLLBACK');
-	$reader->quit;
-}
-else
-{
-	$reader->{run}->kill_kill;
-}
+end_reader($reader, $alive);
 
 # once the reader is gone, the slot is truncated (or dropped)
 ok( poll_bounded($primary, qq{
 SELECT coalesce((SELECT state = 'free' FROM pgqueue.slots WHERE tbl = 'queue' AND slot = $slot), true)},
 		30),
 	"defect 8: slot $slot truncated once the reader ended: " . slot_state($primary, 'queue', $slot));
+
+# Without hot_standby_feedback the primary knows nothing of the standby's
+# snapshots and truncates at once; the replay of the truncation's recovery
+# conflict then cancels the reader whose snapshot is older than the
+# slot's deletes (as a VACUUM's cleanup does), before the TRUNCATE is
+# replayed: an error, never a count of 0.  A REPEATABLE READ transaction
+# on the primary, begun before the slot became current, keeps every row
+# deleted from then on from being pruned (a pruning would raise a
+# conflict of its own and hide whether the truncation raises one), and
+# holds up no truncation of that slot (its snapshot is older than the
+# slot).  Before the conflict record the reader counted 0 here.
+$standby->append_conf(
+	'postgresql.conf', qq{
+hot_standby_feedback = off
+max_standby_streaming_delay = 1s
+});
+$standby->restart;
+ok( poll_bounded($primary,
+		q{SELECT count(*) = 1 FROM pg_stat_replication WHERE backend_xmin IS NULL AND state = 'streaming'}, 30),
+	'standby conflict: the standby streams again, without hot_standby_feedback');
+my $conflicts0 = $standby->safe_psql('postgres',
+	q{SELECT confl_snapshot FROM pg_stat_database_conflicts WHERE datname = 'postgres'});
+
+my $holder = $primary->background_psql('postgres');
+$holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+$holder->query_safe('SELECT 1');
+($from, $to) = turn_queue_ring($primary, 'p');
+p1(q{SELECT pgq_purge('p', 'pending')});
+p1(q{SELECT pgq_configure('s', paused => true)});
+p1(q{SELECT pgq_push('s', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
+$slot = p1(q{SELECT string_agg(DISTINCT slot::text, ',') FROM pgqueue.queue WHERE queue = 's'});
+is($slot, current_slot($primary, 'queue'), "standby conflict: 3 jobs pending in slot $slot of queue");
+$primary->wait_for_catchup($standby);
+
+$reader = $standby->background_psql('postgres', on_error_stop => 0);
+$reader->query_safe('\set VERBOSITY verbose');
+$reader->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+$reader->query_safe('SELECT pg_snapshot_xmin(pg_current_snapshot())');
+
+p1(q{SELECT pgq_configure('s', paused => false)});
+ok( poll_bounded($primary,
+		q{SELECT count(*) = 3 FROM pgqueue.work_queue WHERE queue = 's'}, 20),
+	'standby conflict: the primary scheduled them');
+is(scalar(drain_queue($primary, 's')), 3, 'standby conflict: and they were claimed and acked');
+($from, $to) = turn_queue_ring($primary, 'p');
+p1(q{SELECT pgq_purge('p', 'pending')});
+# the mechanism under test: the primary truncates while the reader is open
+ok( poll_bounded($primary,
+		"SELECT coalesce((SELECT state = 'free' FROM pgqueue.slots WHERE tbl = 'queue' AND slot = $slot), true)",
+		30),
+	"standby conflict: the primary truncated slot $slot (ring turned $from to $to) with the reader open: "
+	  . slot_state($primary, 'queue', $slot));
+$primary->wait_for_catchup($standby);
+
+($alive, $count, $err, $stderr) = reader_count($reader);
+ok((!$alive || $err) && $stderr =~ /(ERROR|FATAL):\s+40001:.*conflict with recovery/,
+	'standby conflict: the reader whose snapshot is older than the deletes is cancelled, '
+	  . 'not shown an empty slot (count ' . ($count // 'none') . ", stderr: $stderr)");
+end_reader($reader, $alive);
+$holder->query_safe('COMMIT');
+$holder->quit;
+cmp_ok(
+	$standby->safe_psql('postgres',
+		q{SELECT confl_snapshot FROM pg_stat_database_conflicts WHERE datname = 'postgres'}),
+	'>', $conflicts0, 'standby conflict: counted as a snapshot conflict on the standby');
+is($standby->safe_psql('postgres', q{SELECT count(*) FROM pgqueue.queue WHERE queue = 's'}),
+	'0', 'standby conflict: a new snapshot on the standby sees the jobs acked');
 
 $standby->stop;
 $primary->stop;
