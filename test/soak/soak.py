@@ -7,7 +7,7 @@ to one JSONL file (--history), which checker.py reads; the checker needs
 nothing else, so a failed run can be checked again from its history alone.
 The drain ends when nothing is left, when only jobs 'scheduled' without a
 work_queue row (lost: no claim can take them) have been left for 10 s, or
-after --drain-seconds.
+--drain-seconds after what is left last went down.
 
 --mode ring adds the workers of ring.py (the ring mode, issue 29: see there;
 run.sh sets up its server, standby and second database).
@@ -769,9 +769,15 @@ class Soak:
         self.draining.set()
         self.h.write('phase', name='drain')
         conn = self.connect('soak-drain')
+        # the drain goes on while it makes progress: it ends drain_seconds
+        # after what is left last went down (a backlog grown over an hour,
+        # such as the ring mode's paused queue, takes minutes at the
+        # consumers' pace), and after 30 minutes in any case
         deadline = time.time() + a.drain_seconds
+        hard_deadline = time.time() + max(a.drain_seconds, 1800)
+        least = None
         orphaned_since = None
-        while time.time() < deadline:
+        while time.time() < min(deadline, hard_deadline):
             # what is left, and of it the jobs 'scheduled' without a
             # work_queue row (lost: no claim can ever take them)
             left, orphans = conn.execute(
@@ -783,6 +789,9 @@ class Soak:
             conn.commit()
             if left == 0:
                 break
+            if least is None or left < least:
+                least = left
+                deadline = time.time() + a.drain_seconds
             # only lost jobs left for 10 s: waiting longer drains nothing
             if left == orphans:
                 orphaned_since = orphaned_since or time.time()
