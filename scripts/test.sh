@@ -6,8 +6,8 @@
 # tests (test/clients/run.sh) and the dashboard's browser tests
 # (dashboard/test/run.sh).
 #
-#   sudo bash scripts/test.sh            # everything
-#   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, soak, fuzz, clients or dashboard
+#   bash scripts/test.sh            # everything
+#   bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, soak, fuzz, clients or dashboard
 #   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak: each mode 600 s (SOAK_PORTS, SOAK_SEED too)
 #   SOAK_MODE=ring SOAK_SECONDS=3600 bash scripts/test.sh soak   # the ring mode alone, 60 minutes
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
@@ -18,15 +18,17 @@
 #   PGQ_INSTALLCHECK_ARGS="bindir=/dir"          # more make variables for the
 #       pg_regress/isolation/TAP runs (scripts/valgrind.sh: its postgres)
 #
+# Runs as root; another user's run goes through sudo, the settings above
+# passed along (scripts/as-root.sh).
 # Installs what it needs (Debian 12 packages, pg_cron among them), builds and installs the
 # extension, then runs each kind of test as the postgres user in a copy of
 # the tree (initdb refuses root; see ../shared/TESTING.md).  Every server it
 # starts is private and stopped again.  Ends with "N passed, N failed".
 set -uo pipefail
 
-if [ "$(id -u)" != 0 ]; then
-	exec sudo -E bash "$0" "$@"
-fi
+# shellcheck source=as-root.sh
+source "$(dirname "$0")/as-root.sh"
+as_root "$0" "$@"
 
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
