@@ -9,7 +9,7 @@
 #
 # Runs as root; another user's run goes through sudo (scripts/as-root.sh).
 # Installs what it needs (Debian's python3-psycopg, python3-pytest,
-# python3-venv, pgbouncer, prometheus-postgres-exporter,
+# python3-venv, python3-wheel, pgbouncer, prometheus-postgres-exporter,
 # nodejs and npm when node is missing; pg from npm), copies the tree to a
 # postgres-owned scratch directory, installs the Python package there with
 # pip (offline) and the Node package's dependency with npm, starts its own
@@ -36,6 +36,8 @@ need=()
 /usr/bin/python3 -c 'import psycopg' 2>/dev/null || need+=(python3-psycopg)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
 /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+# setuptools 66 (Debian 12) builds the package's wheel with the wheel package
+/usr/bin/python3 -c 'import wheel' 2>/dev/null || need+=(python3-wheel)
 command -v pgbouncer >/dev/null || need+=(pgbouncer)
 command -v prometheus-postgres-exporter >/dev/null || need+=(prometheus-postgres-exporter)
 command -v node >/dev/null || need+=(nodejs)
