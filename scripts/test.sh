@@ -125,6 +125,21 @@ count_pg_regress() {
 	echo "$ok $bad"
 }
 
+# The TAP output without background psql's log of each query and its results
+# (BackgroundPsql.pm's notes: some 4,000 lines, most of them t/007's), for a
+# run that passed; a failed one prints it all.
+tap_quiet() {
+	awk '
+		skip == 2 && /^# results query [0-9]+:$/ { skip = 1; n++; next }
+		skip && /^#/ { n++; if (skip == 1 && $0 == "# }") skip = 0; next }
+		{ skip = 0 }
+		/^# connect output:$/ { skip = 1; n++; next }
+		/^# issuing query [0-9]+ via background psql: / { skip = 2; n++; next }
+		{ print }
+		END { if (n) printf "(%d lines of background psql query logs left out: printed when TAP fails)\n", n }
+	' "$1"
+}
+
 for kind in $KINDS; do
 	out="$WORK/$kind.out"
 	case $kind in
@@ -228,7 +243,11 @@ for kind in $KINDS; do
 	bad=${bad:-0}
 	if [ ! -s "$out" ]; then rc=1; fi
 	if [ "$rc" != 0 ] && [ "$bad" = 0 ]; then bad=1; fi
-	cat "$out"
+	if [ "$kind" = tap ] && [ "$rc" = 0 ]; then
+		tap_quiet "$out"
+	else
+		cat "$out"
+	fi
 	if [ "$rc" != 0 ]; then
 		case $kind in
 		regress) diffs=$WORK/tree/regression.diffs ;;
