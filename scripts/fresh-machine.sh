@@ -165,6 +165,8 @@ remove_root || exit 2
 trap finish EXIT
 trap 'exit 130' INT TERM HUP
 mkdir -p "$ROOT" && tar --numeric-owner --xattrs --acls -C "$ROOT" -xpf "$TAR" || exit 2
+# the host's name resolves, as on a machine of its own (sudo looks it up)
+printf '127.0.1.1\t%s\n' "$(hostname)" >>"$ROOT/etc/hosts"
 # packages start no services in it (the postgresql package's cluster on 5432)
 printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d" && chmod 755 "$ROOT/usr/sbin/policy-rc.d"
 if [ -n "${FRESH_CA:-}" ]; then
