@@ -126,7 +126,7 @@ count_pg_regress() {
 }
 
 # The TAP output without background psql's log of each query and its results
-# (BackgroundPsql.pm's notes: some 4,000 lines, most of them t/007's), for a
+# (BackgroundPsql.pm's notes: over 7,000 lines, t/007's the most), for a
 # run that passed; a failed one prints it all.
 tap_quiet() {
 	awk '
