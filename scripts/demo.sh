@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # Set up pgqueue for real on this machine and show jobs flowing.
 #
-#   sudo bash scripts/demo.sh          # install, build, start, demo
-#   sudo bash scripts/demo.sh stop     # stop the demo server
+#   bash scripts/demo.sh          # install, build, start, demo
+#   bash scripts/demo.sh stop     # stop the demo server
 #
-# Installs the Debian 12 packages it needs, builds and installs the
-# extension, starts a PostgreSQL 15 server of its own (port 5499, data in
-# /var/lib/postgresql/pgqueue-demo) with the pgqueue scheduler preloaded,
-# creates database pgqueue_demo, then pushes jobs into three queues while two
-# workers claim, work and ack them, printing progress.  The server is left
-# running; the last lines say how to connect and how to stop it.
+# Runs as root; another user's run goes through sudo (scripts/as-root.sh).
+# Installs the Debian 12 packages it needs, builds the extension in a
+# scratch copy of the tree (the checkout gets no build files) and installs
+# it, starts a PostgreSQL 15 server of its own (port 5499, data in
+# /var/lib/postgresql/pgqueue-demo; PGQ_DEMO_PORT, PGQ_DEMO_DATA to change)
+# with the pgqueue scheduler preloaded, creates database pgqueue_demo, then
+# pushes jobs into three queues while two workers claim, work and ack them,
+# printing progress.  The server is left running; the last lines say how to
+# connect and how to stop it.
 set -euo pipefail
 
-if [ "$(id -u)" != 0 ]; then
-	exec sudo -E bash "$0" "$@"
-fi
+# shellcheck source=as-root.sh
+source "$(dirname "$0")/as-root.sh"
+as_root "$0" "$@"
 cd "$(dirname "$0")/.."
+SRC=$(pwd)
 
 PORT=${PGQ_DEMO_PORT:-5499}
 DATA=${PGQ_DEMO_DATA:-/var/lib/postgresql/pgqueue-demo}
@@ -31,24 +35,40 @@ as_pg() { (cd / && runuser -u postgres -- "$@"); }
 psql_demo() { as_pg "$BIN/psql" -h "$SOCK" -p "$PORT" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 if [ "${1:-}" = stop ]; then
-	as_pg "$BIN/pg_ctl" -D "$DATA" -m fast stop
+	# stopped already (or never started) is not an error
+	if id postgres >/dev/null 2>&1 && [ -x "$BIN/pg_ctl" ] &&
+		as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+		as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
+		echo "the demo server (port $PORT, data in $DATA) is stopped"
+	else
+		echo "the demo server (port $PORT, data in $DATA) is stopped (it was not running)"
+	fi
 	exit 0
 fi
 
-log "installing packages (PostgreSQL 15, its server headers, a C compiler)"
+# the build tree, apt's output and the workers' logs
+TMP=$(mktemp -d /tmp/pgqueue-demo.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
 need=()
 command -v make >/dev/null && command -v gcc >/dev/null || need+=(build-essential)
 [ -x "$BIN/postgres" ] || need+=(postgresql-15)
 [ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
 if [ ${#need[@]} -gt 0 ]; then
-	apt-get update -qq
-	apt-get install -y -qq "${need[@]}" >/dev/null
+	log "installing ${need[*]} (apt-get)"
+	{ apt-get update -qq && apt-get install -y -qq "${need[@]}"; } >"$TMP/apt.log" 2>&1 ||
+		{ cat "$TMP/apt.log"; echo "apt-get install ${need[*]} failed"; exit 1; }
+	echo "ok"
 fi
-echo "ok"
 
 log "building and installing pgqueue"
-make -s PG_CONFIG="$BIN/pg_config"
-make -s PG_CONFIG="$BIN/pg_config" install
+# in a copy: a build as root in the checkout would leave root-owned objects
+# there that the owner's next make could not overwrite
+mkdir "$TMP/tree"
+tar -C "$SRC" --exclude=.git --exclude=node_modules --exclude='tmp_check*' --exclude=results \
+	--exclude=output_iso --exclude=output_compat -cf - . | tar -C "$TMP/tree" -xf -
+(cd "$TMP/tree" && make -s PG_CONFIG="$BIN/pg_config" clean &&
+	make -s PG_CONFIG="$BIN/pg_config" && make -s PG_CONFIG="$BIN/pg_config" install)
 echo "installed into $("$BIN/pg_config" --pkglibdir)"
 
 log "starting a PostgreSQL server on port $PORT with the pgqueue scheduler"
@@ -71,8 +91,12 @@ else
 fi
 psql_demo -d postgres -tc "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1 ||
 	psql_demo -d postgres -c "CREATE DATABASE $DB"
-psql_demo -d "$DB" -c "DROP EXTENSION IF EXISTS pgqueue" -c "CREATE EXTENSION pgqueue"
+# a new extension in each run (its tables from a former run's library are dropped)
+psql_demo -d "$DB" -c "SET client_min_messages = warning" \
+	-c "DROP EXTENSION IF EXISTS pgqueue" -c "CREATE EXTENSION pgqueue"
+# settings for every queue, so that pgq_stats() lists all three at the end
 psql_demo -d "$DB" -c "SELECT pgq_configure('emails', weight => 2)" \
+	-c "SELECT pgq_configure('thumbnails', weight => 1)" \
 	-c "SELECT pgq_configure('reports', max_in_flight => 2)" >/dev/null
 echo "server up; scheduler:"
 sleep 2
@@ -109,7 +133,7 @@ END
 SQL
 }
 for w in 1 2; do
-	worker_sql "$w" | psql_demo -d "$DB" >/tmp/pgqueue-demo-worker-$w.log 2>&1 &
+	worker_sql "$w" | psql_demo -d "$DB" >"$TMP/worker-$w.log" 2>&1 &
 done
 psql_demo -d "$DB" <<SQL &
 DO \$\$
@@ -127,29 +151,35 @@ producer=$!
 
 for _ in $(seq 1 120); do
 	sleep 1
+	# looked at before the line is printed: the last line shows every job done
+	finished=no
+	if ! kill -0 "$producer" 2>/dev/null &&
+		[ "$(psql_demo -d "$DB" -At -c "SELECT count(*) FROM pgqueue.queue")" = 0 ]; then
+		finished=yes
+	fi
 	psql_demo -d "$DB" -At -F ' ' -c \
 		"SELECT format('pushed %s  scheduled %s  claimed %s  acked %s  | waiting %s  in flight %s',
 		               c.pushed, c.scheduled, c.claimed, c.acked,
 		               (SELECT coalesce(sum(pending + retry + scheduled), 0) FROM pgq_stats()),
 		               (SELECT coalesce(sum(in_flight), 0) FROM pgq_stats()))
 		   FROM pgq_counters() c"
-	if ! kill -0 "$producer" 2>/dev/null &&
-		[ "$(psql_demo -d "$DB" -At -c "SELECT count(*) FROM pgqueue.queue")" = 0 ]; then
-		break
-	fi
+	[ "$finished" = yes ] && break
 done
 wait
-cat /tmp/pgqueue-demo-worker-*.log | grep -o 'worker .*' || true
+cat "$TMP"/worker-*.log | grep -o 'worker .*' || true
 
 log "per-queue view (pgq_stats) and counters since server start (pgq_counters)"
 psql_demo -d "$DB" -c "SELECT * FROM pgq_stats()" -c "SELECT * FROM pgq_counters()"
 
+# root's own run has no sudo to suggest (a fresh Debian has none)
+as_postgres="runuser -u postgres --"
+[ -n "${SUDO_USER:-}" ] && as_postgres="sudo -u postgres"
 cat <<MSG
 
 pgqueue is running.
-  connect:  sudo -u postgres psql -h $SOCK -p $PORT $DB
+  connect:  $as_postgres psql -h $SOCK -p $PORT $DB
   try:      SELECT pgq_push('emails', '{"to": "you@example.com"}');
             SELECT * FROM pgq_claim('me', wait => '5 seconds');
   log:      $DATA/server.log
-  stop:     sudo bash scripts/demo.sh stop
+  stop:     bash scripts/demo.sh stop
 MSG

@@ -3,7 +3,7 @@
 # here as the postgres user, stopped again), the dashboard, and headless
 # Chromium driven by playwright-core.  Ends with "N passed, N failed".
 #
-#   sudo bash dashboard/test/run.sh
+#   bash dashboard/test/run.sh     # as root, or through sudo
 #
 # Expects pgqueue built and installed for $PG_CONFIG (scripts/test.sh does
 # that: `bash scripts/test.sh dashboard`).  Installs what else it needs:
@@ -16,9 +16,9 @@
 #                        dashboard/screenshot.png)
 set -uo pipefail
 
-if [ "$(id -u)" != 0 ]; then
-	exec sudo -E bash "$0" "$@"
-fi
+# shellcheck source=../../scripts/as-root.sh
+source "$(dirname "$0")/../../scripts/as-root.sh"
+as_root "$0" "$@"
 
 DASH=$(cd "$(dirname "$0")/.." && pwd)
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}

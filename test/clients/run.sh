@@ -4,21 +4,23 @@
 # against a real server with pgqueue preloaded, then a second time through
 # PgBouncer in transaction pooling.
 #
-#   sudo bash test/clients/run.sh          # pgqueue must be installed for PG_CONFIG
-#   sudo bash scripts/test.sh clients      # builds and installs it first
+#   bash test/clients/run.sh          # pgqueue must be installed for PG_CONFIG
+#   bash scripts/test.sh clients      # builds and installs it first
 #
+# Runs as root; another user's run goes through sudo (scripts/as-root.sh).
 # Installs what it needs (Debian's python3-psycopg, python3-pytest,
-# python3-venv, pgbouncer, prometheus-postgres-exporter, nodejs and npm when
-# node is missing; pg from npm), copies the tree to a postgres-owned scratch
-# directory, installs the Python package there with pip (offline) and the
-# Node package's dependency with npm, starts its own server and PgBouncer on
-# free ports of PGQ_PORTS (default 5600-5649) and stops them at the end.
+# python3-venv, python3-wheel, pgbouncer, prometheus-postgres-exporter,
+# nodejs and npm when node is missing; pg from npm), copies the tree to a
+# postgres-owned scratch directory, installs the Python package there with
+# pip (offline) and the Node package's dependency with npm, starts its own
+# server and PgBouncer on free ports of PGQ_PORTS (default 5600-5649) and
+# stops them at the end.
 # Ends with "N passed, N failed".
 set -uo pipefail
 
-if [ "$(id -u)" != 0 ]; then
-	exec sudo -E bash "$0" "$@"
-fi
+# shellcheck source=../../scripts/as-root.sh
+source "$(dirname "$0")/../../scripts/as-root.sh"
+as_root "$0" "$@"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export DEBIAN_FRONTEND=noninteractive
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
@@ -34,6 +36,8 @@ need=()
 /usr/bin/python3 -c 'import psycopg' 2>/dev/null || need+=(python3-psycopg)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
 /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+# setuptools 66 (Debian 12) builds the package's wheel with the wheel package
+/usr/bin/python3 -c 'import wheel' 2>/dev/null || need+=(python3-wheel)
 command -v pgbouncer >/dev/null || need+=(pgbouncer)
 command -v prometheus-postgres-exporter >/dev/null || need+=(prometheus-postgres-exporter)
 command -v node >/dev/null || need+=(nodejs)
