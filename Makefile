@@ -49,7 +49,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # every object includes the shared headers (PGXS tracks no dependencies)
-$(OBJS): src/pgqueue.h src/shmem.h
+$(OBJS): src/pgqueue.h src/shmem.h src/pgq_compat.h
 
 # Reliability checks (README.md, "Reliability testing"); none is part of
 # installcheck.  Sanitizers: PGXS takes extra flags from the environment or
