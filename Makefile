@@ -44,9 +44,20 @@ COMPAT10_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--inputdir=$(srcdir)/test/compat10 --outputdir=$(CURDIR)/output_compat
 EXTRA_CLEAN = tmp_check_regress tmp_check_iso tmp_check_compat output_iso output_compat
 
+# make WERROR=1: warnings are errors, in the gcc build and in the clang
+# bitcode build (the build check of each supported major).  Off by default,
+# so that a newer compiler's new warning does not stop a user's build.
+ifeq ($(WERROR),1)
+override PG_CFLAGS += -Werror
+endif
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+ifeq ($(WERROR),1)
+override BITCODE_CFLAGS += -Werror
+endif
 
 # every object includes the shared headers (PGXS tracks no dependencies)
 $(OBJS): src/pgqueue.h src/shmem.h src/pgq_compat.h
