@@ -37,11 +37,23 @@ export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '==> %s\n' "$*"; }
 
+# PG_CONFIG may point at a relocated copy of the server's installation
+# (cp -a of /usr/lib/postgresql/15 and /usr/share/postgresql/15 under one
+# root), so that parallel runs of different trees do not overwrite each
+# other's installed extension; or at another major's (Debian's
+# /usr/lib/postgresql/MAJOR/bin/pg_config): its packages are the ones
+# installed below.  15 by default.
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_MAJOR=15
+if [ -x "$PG_CONFIG" ]; then
+	PG_MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+fi
+
 # --- dependencies ------------------------------------------------------------
 need=()
 command -v make >/dev/null && command -v gcc >/dev/null || need+=(build-essential)
-[ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
-[ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
+[ -x "/usr/lib/postgresql/$PG_MAJOR/bin/postgres" ] || need+=("postgresql-$PG_MAJOR")
+[ -f "/usr/include/postgresql/$PG_MAJOR/server/postgres.h" ] || need+=("postgresql-server-dev-$PG_MAJOR")
 perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
 case " $KINDS " in *" fuzz "*)
 	command -v sqlsmith >/dev/null || need+=(sqlsmith) ;;
@@ -59,25 +71,19 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null ||
 		{ echo "apt-get install failed"; echo "0 passed, 1 failed"; exit 1; }
 fi
-# PG_CONFIG may point at a relocated copy of the server's installation
-# (cp -a of /usr/lib/postgresql/15 and /usr/share/postgresql/15 under one
-# root), so that parallel runs of different trees do not overwrite each
-# other's installed extension.
-export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-
 # pg_cron, for t/010_pg_cron.pl: Debian's package installs it into the
 # system's tree; a relocated tree gets a copy of its files.
 pkglibdir=$("$PG_CONFIG" --pkglibdir)
 extdir=$("$PG_CONFIG" --sharedir)/extension
 if [ ! -f "$pkglibdir/pg_cron.so" ]; then
-	if [ ! -f /usr/lib/postgresql/15/lib/pg_cron.so ]; then
-		log "installing postgresql-15-cron"
-		apt-get update -qq && apt-get install -y -qq postgresql-15-cron >/dev/null ||
-			{ echo "apt-get install postgresql-15-cron failed"; echo "0 passed, 1 failed"; exit 1; }
+	if [ ! -f "/usr/lib/postgresql/$PG_MAJOR/lib/pg_cron.so" ]; then
+		log "installing postgresql-$PG_MAJOR-cron"
+		apt-get update -qq && apt-get install -y -qq "postgresql-$PG_MAJOR-cron" >/dev/null ||
+			{ echo "apt-get install postgresql-$PG_MAJOR-cron failed"; echo "0 passed, 1 failed"; exit 1; }
 	fi
 	if [ ! -f "$pkglibdir/pg_cron.so" ]; then
-		cp /usr/lib/postgresql/15/lib/pg_cron.so "$pkglibdir/" &&
-			cp /usr/share/postgresql/15/extension/pg_cron* "$extdir/" ||
+		cp "/usr/lib/postgresql/$PG_MAJOR/lib/pg_cron.so" "$pkglibdir/" &&
+			cp "/usr/share/postgresql/$PG_MAJOR/extension/"pg_cron* "$extdir/" ||
 			{ echo "could not copy pg_cron into $pkglibdir"; echo "0 passed, 1 failed"; exit 1; }
 	fi
 fi
@@ -117,11 +123,13 @@ passed=0
 failed=0
 
 # pg_regress and pg_isolation_regress print one line per test:
-#   "test name   ... ok   12 ms" or "     name   ... FAILED   12 ms"
+#   "test name   ... ok   12 ms" or "     name   ... FAILED   12 ms" (15),
+#   "ok 1     - name   12 ms" or "not ok 1     - name   12 ms" (TAP, from 16;
+#   "+" instead of "-" in a parallel group)
 count_pg_regress() {
 	local out=$1 ok bad
-	ok=$(grep -cE '^(test |     )?[ ]*[A-Za-z0-9_]+ +\.\.\. ok' "$out")
-	bad=$(grep -cE '\.\.\. (FAILED|failed)' "$out")
+	ok=$(grep -cE '^(test |     )?[ ]*[A-Za-z0-9_]+ +\.\.\. ok|^ok [0-9]+ +[-+] ' "$out")
+	bad=$(grep -cE '\.\.\. (FAILED|failed)|^not ok [0-9]+ +[-+] ' "$out")
 	echo "$ok $bad"
 }
 
