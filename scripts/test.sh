@@ -8,6 +8,9 @@
 #
 #   sudo bash scripts/test.sh            # everything
 #   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, upgrade, soak, fuzz, clients or dashboard
+#   sudo bash scripts/test.sh matrix     # regress, compat, isolation and upgrade on PostgreSQL 15, 17 and 18,
+#       each in a Debian root of its own (scripts/matrix.sh: MATRIX_KINDS, MATRIX_MAJORS)
+#   PG_MAJOR=17 bash scripts/test.sh     # against PostgreSQL 17 (its Debian packages; default 15)
 #   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak: each mode 600 s (SOAK_PORTS, SOAK_SEED too)
 #   SOAK_MODE=ring SOAK_SECONDS=3600 bash scripts/test.sh soak   # the ring mode alone, 60 minutes
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
@@ -32,14 +35,29 @@ cd "$(dirname "$0")/.."
 SRC=$(pwd)
 KINDS=${*:-regress compat isolation tap soak fuzz clients dashboard}
 export DEBIAN_FRONTEND=noninteractive
+# the PostgreSQL major to build and test against (scripts/matrix.sh runs
+# this script in a Debian root of each supported major)
+PG_MAJOR=${PG_MAJOR:-15}
+
+# matrix: the suites on each supported major, in roots of their own; it
+# needs nothing of this machine's PostgreSQL
+case " $KINDS " in *" matrix "*)
+	if [ "$KINDS" != matrix ]; then
+		echo "kind matrix runs alone (MATRIX_KINDS chooses the kinds it runs in each root)"
+		echo "0 passed, 1 failed"
+		exit 2
+	fi
+	exec bash scripts/matrix.sh
+	;;
+esac
 
 log() { printf '==> %s\n' "$*"; }
 
 # --- dependencies ------------------------------------------------------------
 need=()
 command -v make >/dev/null && command -v gcc >/dev/null || need+=(build-essential)
-[ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
-[ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
+[ -x "/usr/lib/postgresql/$PG_MAJOR/bin/postgres" ] || need+=("postgresql-$PG_MAJOR")
+[ -f "/usr/include/postgresql/$PG_MAJOR/server/postgres.h" ] || need+=("postgresql-server-dev-$PG_MAJOR")
 perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
 case " $KINDS " in *" fuzz "*)
 	command -v sqlsmith >/dev/null || need+=(sqlsmith) ;;
@@ -61,21 +79,21 @@ fi
 # (cp -a of /usr/lib/postgresql/15 and /usr/share/postgresql/15 under one
 # root), so that parallel runs of different trees do not overwrite each
 # other's installed extension.
-export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}
 
-# pg_cron, for t/010_pg_cron.pl: Debian's package installs it into the
-# system's tree; a relocated tree gets a copy of its files.
+# pg_cron, for t/010_pg_cron.pl (kind tap): Debian's package installs it
+# into the system's tree; a relocated tree gets a copy of its files.
 pkglibdir=$("$PG_CONFIG" --pkglibdir)
 extdir=$("$PG_CONFIG" --sharedir)/extension
-if [ ! -f "$pkglibdir/pg_cron.so" ]; then
-	if [ ! -f /usr/lib/postgresql/15/lib/pg_cron.so ]; then
-		log "installing postgresql-15-cron"
-		apt-get update -qq && apt-get install -y -qq postgresql-15-cron >/dev/null ||
-			{ echo "apt-get install postgresql-15-cron failed"; echo "0 passed, 1 failed"; exit 1; }
+if [[ " $KINDS " == *" tap "* ]] && [ ! -f "$pkglibdir/pg_cron.so" ]; then
+	if [ ! -f "/usr/lib/postgresql/$PG_MAJOR/lib/pg_cron.so" ]; then
+		log "installing postgresql-$PG_MAJOR-cron"
+		apt-get update -qq && apt-get install -y -qq "postgresql-$PG_MAJOR-cron" >/dev/null ||
+			{ echo "apt-get install postgresql-$PG_MAJOR-cron failed"; echo "0 passed, 1 failed"; exit 1; }
 	fi
 	if [ ! -f "$pkglibdir/pg_cron.so" ]; then
-		cp /usr/lib/postgresql/15/lib/pg_cron.so "$pkglibdir/" &&
-			cp /usr/share/postgresql/15/extension/pg_cron* "$extdir/" ||
+		cp "/usr/lib/postgresql/$PG_MAJOR/lib/pg_cron.so" "$pkglibdir/" &&
+			cp "/usr/share/postgresql/$PG_MAJOR/extension/"pg_cron* "$extdir/" ||
 			{ echo "could not copy pg_cron into $pkglibdir"; echo "0 passed, 1 failed"; exit 1; }
 	fi
 fi
@@ -222,7 +240,7 @@ for kind in $KINDS; do
 		bad=${bad:-0}
 		;;
 	*)
-		echo "unknown test kind: $kind (use regress, compat, isolation, tap, upgrade, soak, fuzz, clients or dashboard)"
+		echo "unknown test kind: $kind (use regress, compat, isolation, tap, upgrade, soak, fuzz, clients, dashboard or matrix)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;
