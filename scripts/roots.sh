@@ -83,7 +83,7 @@ root_remove() {
 		echo "roots: $dir still has mounts; not removing it" >&2
 		return 1
 	fi
-	rm -rf --one-file-system "$dir"
+	rm -rf --one-file-system "$dir" && rm -f "$dir.lock" "$dir.mounts"
 }
 
 # the settings every root gets (root $1 of suite $2)
