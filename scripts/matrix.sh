@@ -11,15 +11,16 @@
 #
 # MATRIX_KINDS defaults to "regress compat isolation upgrade" (compat: the
 # released 1.0 suite against a 1.0 install; upgrade: the TAP files of the
-# update from 1.0); add tap for the whole TAP suite.  The first run makes each root (debootstrap, then PostgreSQL, its
-# server headers, build-essential and libipc-run-perl from Debian) and
-# keeps it; later runs reuse it.  In each root the tree (the files git
-# tracks and those it does not ignore, as they are now) is copied to
-# /build/pgqueue and its scripts/test.sh runs there with PG_MAJOR set: it
-# builds and installs the extension and runs each kind as postgres against
-# private servers (Unix sockets only; pg_regress's on port 56300 + major).
-# Prints one line per major and ends with "N passed, N failed"; the whole
-# output of each major is in PGQ_ROOTS/logs/matrix-MAJOR.log.
+# update from 1.0); add tap for the whole TAP suite.  The first run makes
+# each root (debootstrap, then PostgreSQL, its server headers,
+# build-essential and libipc-run-perl from Debian) and keeps it; later runs
+# reuse it.  In each root the tree (the files git tracks and those it does
+# not ignore, as they are now) is copied to /build/pgqueue and its
+# scripts/test.sh runs there with PG_CONFIG set to the major's: it builds
+# and installs the extension and runs each kind as postgres against private
+# servers (Unix sockets only; pg_regress's on port 56300 + major).  Prints
+# one line per major and ends with "N passed, N failed"; the whole output
+# of each major is in PGQ_ROOTS/logs/matrix-MAJOR.log.
 set -uo pipefail
 
 # shellcheck source=scripts/roots.sh
@@ -63,7 +64,7 @@ for v in $MAJORS; do
 	server=$(root_run "$root" "/usr/lib/postgresql/$v/bin/postgres" --version | sed -E 's/^postgres \(PostgreSQL\) //; s/ .*//')
 	t1=$SECONDS
 	# shellcheck disable=SC2086
-	root_run "$root" PG_MAJOR="$v" PGQ_INSTALLCHECK_ARGS="EXTRA_REGRESS_OPTS=--port=$((56300 + v))" \
+	root_run "$root" PG_CONFIG="/usr/lib/postgresql/$v/bin/pg_config" PGQ_INSTALLCHECK_ARGS="EXTRA_REGRESS_OPTS=--port=$((56300 + v))" \
 		bash /build/pgqueue/scripts/test.sh $KINDS >"$log" 2>&1
 	rc=$?
 	root_leave "$root"

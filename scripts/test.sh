@@ -10,7 +10,6 @@
 #   sudo bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, upgrade, soak, fuzz, clients or dashboard
 #   sudo bash scripts/test.sh matrix     # regress, compat, isolation and upgrade on PostgreSQL 15, 17 and 18,
 #       each in a Debian root of its own (scripts/matrix.sh: MATRIX_KINDS, MATRIX_MAJORS)
-#   PG_MAJOR=17 bash scripts/test.sh     # against PostgreSQL 17 (its Debian packages; default 15)
 #   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak: each mode 600 s (SOAK_PORTS, SOAK_SEED too)
 #   SOAK_MODE=ring SOAK_SECONDS=3600 bash scripts/test.sh soak   # the ring mode alone, 60 minutes
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
@@ -35,9 +34,6 @@ cd "$(dirname "$0")/.."
 SRC=$(pwd)
 KINDS=${*:-regress compat isolation tap soak fuzz clients dashboard}
 export DEBIAN_FRONTEND=noninteractive
-# the PostgreSQL major to build and test against (scripts/matrix.sh runs
-# this script in a Debian root of each supported major)
-PG_MAJOR=${PG_MAJOR:-15}
 
 # matrix: the suites on each supported major, in roots of their own; it
 # needs nothing of this machine's PostgreSQL
@@ -52,6 +48,18 @@ case " $KINDS " in *" matrix "*)
 esac
 
 log() { printf '==> %s\n' "$*"; }
+
+# PG_CONFIG may point at a relocated copy of the server's installation
+# (cp -a of /usr/lib/postgresql/15 and /usr/share/postgresql/15 under one
+# root), so that parallel runs of different trees do not overwrite each
+# other's installed extension; or at another major's (Debian's
+# /usr/lib/postgresql/MAJOR/bin/pg_config): its packages are the ones
+# installed below.  15 by default.
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_MAJOR=15
+if [ -x "$PG_CONFIG" ]; then
+	PG_MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+fi
 
 # --- dependencies ------------------------------------------------------------
 need=()
@@ -75,17 +83,11 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null ||
 		{ echo "apt-get install failed"; echo "0 passed, 1 failed"; exit 1; }
 fi
-# PG_CONFIG may point at a relocated copy of the server's installation
-# (cp -a of /usr/lib/postgresql/15 and /usr/share/postgresql/15 under one
-# root), so that parallel runs of different trees do not overwrite each
-# other's installed extension.
-export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}
-
-# pg_cron, for t/010_pg_cron.pl (kind tap): Debian's package installs it
-# into the system's tree; a relocated tree gets a copy of its files.
+# pg_cron, for t/010_pg_cron.pl: Debian's package installs it into the
+# system's tree; a relocated tree gets a copy of its files.
 pkglibdir=$("$PG_CONFIG" --pkglibdir)
 extdir=$("$PG_CONFIG" --sharedir)/extension
-if [[ " $KINDS " == *" tap "* ]] && [ ! -f "$pkglibdir/pg_cron.so" ]; then
+if [ ! -f "$pkglibdir/pg_cron.so" ]; then
 	if [ ! -f "/usr/lib/postgresql/$PG_MAJOR/lib/pg_cron.so" ]; then
 		log "installing postgresql-$PG_MAJOR-cron"
 		apt-get update -qq && apt-get install -y -qq "postgresql-$PG_MAJOR-cron" >/dev/null ||
@@ -133,11 +135,13 @@ passed=0
 failed=0
 
 # pg_regress and pg_isolation_regress print one line per test:
-#   "test name   ... ok   12 ms" or "     name   ... FAILED   12 ms"
+#   "test name   ... ok   12 ms" or "     name   ... FAILED   12 ms" (15),
+#   "ok 1     - name   12 ms" or "not ok 1     - name   12 ms" (TAP, from 16;
+#   "+" instead of "-" in a parallel group)
 count_pg_regress() {
 	local out=$1 ok bad
-	ok=$(grep -cE '^(test |     )?[ ]*[A-Za-z0-9_]+ +\.\.\. ok' "$out")
-	bad=$(grep -cE '\.\.\. (FAILED|failed)' "$out")
+	ok=$(grep -cE '^(test |     )?[ ]*[A-Za-z0-9_]+ +\.\.\. ok|^ok [0-9]+ +[-+] ' "$out")
+	bad=$(grep -cE '\.\.\. (FAILED|failed)|^not ok [0-9]+ +[-+] ' "$out")
 	echo "$ok $bad"
 }
 
