@@ -80,3 +80,18 @@ sanitize:
 	bash scripts/sanitize.sh
 valgrind:
 	bash scripts/valgrind.sh
+
+# --- PGXN distribution (make dist) -------------------------------------------
+# pgqueue-<version>.zip of the committed HEAD (git archive), the file PGXN
+# takes: the extension, its tests and documents, without the benchmark,
+# client libraries, dashboard and packaging.  The version is META.json's,
+# which scripts/check-meta.py checks against the PGXN meta spec first.
+DIST_VERSION = $(shell sed -n 's/^   "version": "\(.*\)",$$/\1/p' $(srcdir)/META.json)
+DIST_PATHS = META.json README.md CHANGELOG.md LICENSE Makefile pgqueue.control \
+	$(DATA) src sql expected specs t test scripts
+.PHONY: dist
+dist:
+	python3 $(srcdir)/scripts/check-meta.py $(srcdir)/META.json
+	git -C $(srcdir) archive --format=zip --prefix=$(EXTENSION)-$(DIST_VERSION)/ \
+		-o $(CURDIR)/$(EXTENSION)-$(DIST_VERSION).zip HEAD $(DIST_PATHS)
+	@echo "$(EXTENSION)-$(DIST_VERSION).zip"

@@ -7,7 +7,9 @@
 # (dashboard/test/run.sh).
 #
 #   bash scripts/test.sh            # everything
-#   bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, soak, fuzz, clients or dashboard
+#   bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, upgrade, soak, fuzz, clients or dashboard
+#   bash scripts/test.sh matrix     # regress, compat, isolation and upgrade on PostgreSQL 15, 17 and 18,
+#       each in a Debian root of its own (scripts/matrix.sh: MATRIX_KINDS, MATRIX_MAJORS)
 #   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak: each mode 600 s (SOAK_PORTS, SOAK_SEED too)
 #   SOAK_MODE=ring SOAK_SECONDS=3600 bash scripts/test.sh soak   # the ring mode alone, 60 minutes
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
@@ -34,6 +36,18 @@ cd "$(dirname "$0")/.."
 SRC=$(pwd)
 KINDS=${*:-regress compat isolation tap soak fuzz clients dashboard}
 export DEBIAN_FRONTEND=noninteractive
+
+# matrix: the suites on each supported major, in roots of their own; it
+# needs nothing of this machine's PostgreSQL
+case " $KINDS " in *" matrix "*)
+	if [ "$KINDS" != matrix ]; then
+		echo "kind matrix runs alone (MATRIX_KINDS chooses the kinds it runs in each root)"
+		echo "0 passed, 1 failed"
+		exit 2
+	fi
+	exec bash scripts/matrix.sh
+	;;
+esac
 
 log() { printf '==> %s\n' "$*"; }
 
@@ -169,9 +183,17 @@ for kind in $KINDS; do
 		rc=$?
 		read -r ok bad < <(count_pg_regress "$out")
 		;;
-	tap)
-		log "TAP"
-		run_as_pg REGRESS= ISOLATION= PROVE_FLAGS="--timer -v" >"$out" 2>&1
+	tap | upgrade)
+		# upgrade: the TAP files of the update from 1.0 alone (a live
+		# update; the schema it leaves against a fresh install's)
+		tests=()
+		if [ "$kind" = tap ]; then
+			log "TAP"
+		else
+			log "TAP, the update from 1.0 (t/006_upgrade.pl, t/033_upgrade_dump.pl)"
+			tests=("PROVE_TESTS=t/006_upgrade.pl t/033_upgrade_dump.pl")
+		fi
+		run_as_pg REGRESS= ISOLATION= PROVE_FLAGS="--timer -v" "${tests[@]}" >"$out" 2>&1
 		rc=$?
 		ok=$(grep -cE '^[[:space:]]*ok [0-9]+' "$out")
 		bad=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$out")
@@ -239,7 +261,7 @@ for kind in $KINDS; do
 		bad=${bad:-0}
 		;;
 	*)
-		echo "unknown test kind: $kind (use regress, compat, isolation, tap, soak, fuzz, clients or dashboard)"
+		echo "unknown test kind: $kind (use regress, compat, isolation, tap, upgrade, soak, fuzz, clients, dashboard or matrix)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;
@@ -267,7 +289,7 @@ for kind in $KINDS; do
 		if [ "$kind" = fuzz ] && [ -f "$WORK/fuzz/server.log" ]; then
 			log "$WORK/fuzz/server.log (tail)"; tail -n 40 "$WORK/fuzz/server.log"
 		fi
-		if [ "$kind" = tap ]; then
+		if [ "$kind" = tap ] || [ "$kind" = upgrade ]; then
 			for f in "$WORK"/tree/tmp_check/log/regress_log_*; do
 				[ -f "$f" ] && { log "$f"; tail -n 80 "$f"; }
 			done
