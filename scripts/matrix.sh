@@ -6,6 +6,8 @@
 #
 #   sudo bash scripts/test.sh matrix
 #   MATRIX_MAJORS="15 18" MATRIX_KINDS="regress isolation upgrade tap" sudo bash scripts/matrix.sh
+#   MATRIX_MAJORS="15 17 18 fresh" ...  # fresh: README's two commands on a fresh
+#                             # Debian 12 root (scripts/fresh-machine.sh, about 27 minutes)
 #   MATRIX_REFRESH=1 ...      # apt-get upgrade each kept root before its run
 #   PGQ_ROOTS=/var/tmp/roots  # where the roots are kept (default /var/cache/pgqueue-matrix)
 #
@@ -36,6 +38,27 @@ lines=()
 start=$SECONDS
 for v in $MAJORS; do
 	t0=$SECONDS
+	if [ "$v" = fresh ]; then
+		# README's two commands, exactly as README gives them, on a fresh
+		# Debian 12 root (scripts/fresh-machine.sh: its own root, made anew)
+		log=$PGQ_ROOTS/logs/matrix-fresh.log
+		echo "==> a fresh Debian 12 machine: README's two commands (scripts/fresh-machine.sh)"
+		bash scripts/fresh-machine.sh >"$log" 2>&1
+		rc=$?
+		read -r ok bad < <(sed -nE 's/^fresh machine: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/p' "$log" | tail -n 1)
+		ok=${ok:-0}
+		bad=${bad:-0}
+		[ "$rc" != 0 ] && [ "$bad" = 0 ] && bad=1
+		suite_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+		lines+=("fresh Debian 12 (README's two commands): checks $ok passed, $bad failed; its test command: ${suite_line:-no count} [$((SECONDS - t0)) s]")
+		if [ "$bad" != 0 ]; then
+			echo "--- fresh machine: what failed (the whole output: $log)"
+			grep -E 'not ok|FAILED|failed' "$log" | head -n 20
+		fi
+		passed=$((passed + ok))
+		failed=$((failed + bad))
+		continue
+	fi
 	suite=$(suite_of_major "$v") || {
 		lines+=("PostgreSQL $v: no Debian suite ships it: 0 passed, 1 failed")
 		failed=$((failed + 1))
