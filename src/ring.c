@@ -721,35 +721,6 @@ ring_open(int r, LOCKMODE mode, Ring *ring)
 }
 
 /*
- * Lock relid in mode if that can be had within about PGQ_LOCK_POLL_MS,
- * trying again every 200 us, never waiting in the lock manager's queue: the
- * locks the calls hold on a slot (ROW EXCLUSIVE, to the end of their
- * transactions: a claim opens every live slot older than the row it takes)
- * come and go many times a millisecond under load, so a single try almost
- * never finds none of them, and a slot found empty would stay live (visited
- * by every claim, its dead rows kept) for many passes.  Never queued, so no
- * call waits behind the scheduler, and no deadlock with a call that waits
- * for a lock the upkeep holds.
- */
-#define PGQ_LOCK_POLL_MS 20
-
-static bool
-lock_polled(Oid relid, LOCKMODE mode)
-{
-	TimestampTz until = GetCurrentTimestamp() + PGQ_LOCK_POLL_MS * 1000;
-
-	for (;;)
-	{
-		if (ConditionalLockRelationOid(relid, mode))
-			return true;
-		if (GetCurrentTimestamp() >= until)
-			return false;
-		CHECK_FOR_INTERRUPTS();
-		pg_usleep(200);
-	}
-}
-
-/*
  * Whether s is a free slot that a ring may reuse or retire: one of its
  * numbered slots (not slot 0, the extension's, nor a partition of someone
  * else's numbering).
@@ -915,7 +886,7 @@ ring_turn(void *arg)
 		else if (s->state == SLOT_FREE && rn->truncated[s->slot] != 0)
 			stats_settle(rn, s, now);
 		else if (s->state == SLOT_LIVE && s->has_row && slot_rows(s->relid, 0) == 0 &&
-				 lock_polled(s->relid, ShareLock))
+				 ConditionalLockRelationOid(s->relid, ShareLock))
 		{
 			/*
 			 * Found empty again under SHARE, which no writer of the slot
