@@ -41,15 +41,30 @@ COMPAT10 = setup push schedule claim lease ack_nack release configure stats \
 	security bad_input counters
 COMPAT10_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--temp-instance=$(CURDIR)/tmp_check_compat \
-	--inputdir=$(srcdir)/test/compat10 --outputdir=$(CURDIR)/output_compat
+	--inputdir=$(srcdir)/test/compat10 --outputdir=$(CURDIR)/output_compat \
+	$(COMPAT10_EXPECTED)
+# From 16 pg_regress reads the expected files from --expecteddir (default
+# "."), not from the input directory; 15's has no such option.
+COMPAT10_EXPECTED = $(if $(filter 15,$(MAJORVERSION)),,--expecteddir=$(srcdir)/test/compat10)
 EXTRA_CLEAN = tmp_check_regress tmp_check_iso tmp_check_compat output_iso output_compat
+
+# make WERROR=1: warnings are errors, in the gcc build and in the clang
+# bitcode build (the build check of each supported major).  Off by default,
+# so that a newer compiler's new warning does not stop a user's build.
+ifeq ($(WERROR),1)
+override PG_CFLAGS += -Werror
+endif
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+ifeq ($(WERROR),1)
+override BITCODE_CFLAGS += -Werror
+endif
+
 # every object includes the shared headers (PGXS tracks no dependencies)
-$(OBJS): src/pgqueue.h src/shmem.h
+$(OBJS): src/pgqueue.h src/shmem.h src/pgq_compat.h
 
 # Reliability checks (README.md, "Reliability testing"); none is part of
 # installcheck.  Sanitizers: PGXS takes extra flags from the environment or
@@ -65,3 +80,18 @@ sanitize:
 	bash scripts/sanitize.sh
 valgrind:
 	bash scripts/valgrind.sh
+
+# --- PGXN distribution (make dist) -------------------------------------------
+# pgqueue-<version>.zip of the committed HEAD (git archive), the file PGXN
+# takes: the extension, its tests and documents, without the benchmark,
+# client libraries, dashboard and packaging.  The version is META.json's,
+# which scripts/check-meta.py checks against the PGXN meta spec first.
+DIST_VERSION = $(shell sed -n 's/^   "version": "\(.*\)",$$/\1/p' $(srcdir)/META.json)
+DIST_PATHS = META.json README.md CHANGELOG.md LICENSE Makefile pgqueue.control \
+	$(DATA) src sql expected specs t test scripts
+.PHONY: dist
+dist:
+	python3 $(srcdir)/scripts/check-meta.py $(srcdir)/META.json
+	git -C $(srcdir) archive --format=zip --prefix=$(EXTENSION)-$(DIST_VERSION)/ \
+		-o $(CURDIR)/$(EXTENSION)-$(DIST_VERSION).zip HEAD $(DIST_PATHS)
+	@echo "$(EXTENSION)-$(DIST_VERSION).zip"

@@ -29,10 +29,13 @@ UPDATE pgqueue.work_queue w
  * a new parent of the same name, LIST-partitioned by a new slot column
  * (added with a constant default: no rewrite).  The table keeps its rows
  * and its indexes, renamed after the slot as a fresh install names them;
- * the attach reads the rows once to check the partition constraint.
+ * the attach reads the rows once to check the partition constraint.  The
+ * slot column's NOT NULL is named as a fresh install's too: PostgreSQL 18
+ * keeps NOT NULL constraints by name, and the parents copy them (LIKE);
+ * earlier majors ignore the name.
  */
 ALTER TABLE pgqueue.queue RENAME TO queue_0;
-ALTER TABLE pgqueue.queue_0 ADD COLUMN slot int NOT NULL DEFAULT 0;
+ALTER TABLE pgqueue.queue_0 ADD COLUMN slot int CONSTRAINT queue_slot_not_null NOT NULL DEFAULT 0;
 ALTER TABLE pgqueue.queue_0 RENAME CONSTRAINT queue_pkey TO queue_0_pkey;
 ALTER INDEX pgqueue.queue_ready_idx RENAME TO queue_0_ready_idx;
 ALTER INDEX pgqueue.queue_scheduled_idx RENAME TO queue_0_scheduled_idx;
@@ -41,7 +44,7 @@ ALTER INDEX pgqueue.queue_dedup_idx RENAME TO queue_0_dedup_idx;
 CREATE INDEX queue_0_failed_idx ON pgqueue.queue_0 (queue)
     WHERE state = 'failed';
 ALTER TABLE pgqueue.work_queue RENAME TO work_queue_0;
-ALTER TABLE pgqueue.work_queue_0 ADD COLUMN slot int NOT NULL DEFAULT 0;
+ALTER TABLE pgqueue.work_queue_0 ADD COLUMN slot int CONSTRAINT work_queue_slot_not_null NOT NULL DEFAULT 0;
 ALTER TABLE pgqueue.work_queue_0 RENAME CONSTRAINT work_queue_pkey TO work_queue_0_pkey;
 ALTER INDEX pgqueue.work_queue_ready_idx RENAME TO work_queue_0_ready_idx;
 ALTER INDEX pgqueue.work_queue_queue_ready_idx RENAME TO work_queue_0_queue_ready_idx;

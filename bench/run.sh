@@ -15,7 +15,10 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# the major: the one of PG_CONFIG's path (Debian's /usr/lib/postgresql/NN/...),
+# else 15; its postgresql-NN is installed below when the server is missing
 PGVER=15
+[[ ${PG_CONFIG:-} =~ /postgresql/([0-9]+)/bin/pg_config$ ]] && PGVER=${BASH_REMATCH[1]}
 PGBIN=$(dirname "${PG_CONFIG:-/usr/lib/postgresql/$PGVER/bin/pg_config}")
 export PGBENCH=$PGBIN/pgbench
 PY=/usr/bin/python3          # Debian's python3-psycopg is installed for this one

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the scripts that must run as root (scripts/demo.sh,
-# scripts/test.sh, scripts/fresh-machine.sh, test/clients/run.sh,
+# scripts/test.sh, scripts/fresh-machine.sh, sanitize.sh, valgrind.sh, roots.sh (matrix.sh,
+# package.sh, package-test.sh), test/clients/run.sh,
 # dashboard/test/run.sh):
 #
 #   source "$(dirname "$0")/as-root.sh"; as_root "$0" "$@"
@@ -23,7 +24,7 @@ as_root() {
 	fi
 	for v in $(compgen -e); do
 		case $v in
-		PGQ_* | SOAK_* | FUZZ_* | DASHBOARD_* | FRESH_* | API_SECONDS | SMITH_SECONDS | KEEP_TEST_DIR | TEST_DIR_BASE | \
+		PGQ_* | SOAK_* | FUZZ_* | DASHBOARD_* | FRESH_* | MATRIX_* | PACKAGE_TEST_* | VALGRIND_SUPP | API_SECONDS | SMITH_SECONDS | KEEP_TEST_DIR | TEST_DIR_BASE | \
 			PG_CONFIG | PG_CFLAGS | PG_LDFLAGS | EXTRA_REGRESS_OPTS | \
 			NODE_EXTRA_CA_CERTS | http_proxy | https_proxy | no_proxy | HTTP_PROXY | HTTPS_PROXY | NO_PROXY)
 			keep+=("$v=${!v}")

@@ -21,9 +21,9 @@
 # frame in pgqueue.so; reports entirely inside PostgreSQL (or perl, psql)
 # are listed, not failed.  Leaves the ordinary build of pgqueue installed.
 set -uo pipefail
-if [ "$(id -u)" != 0 ]; then
-	exec sudo -E bash "$0" "$@"
-fi
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "$0")/as-root.sh"
+as_root "$0" "$@"
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}

@@ -7,7 +7,9 @@
 # (dashboard/test/run.sh).
 #
 #   bash scripts/test.sh            # everything
-#   bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, soak, fuzz, clients or dashboard
+#   bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, upgrade, soak, fuzz, clients or dashboard
+#   bash scripts/test.sh matrix     # regress, compat, isolation and upgrade on PostgreSQL 15, 17 and 18,
+#       each in a Debian root of its own (scripts/matrix.sh: MATRIX_KINDS, MATRIX_MAJORS)
 #   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak: each mode 600 s (SOAK_PORTS, SOAK_SEED too)
 #   SOAK_MODE=ring SOAK_SECONDS=3600 bash scripts/test.sh soak   # the ring mode alone, 60 minutes
 #   KEEP_TEST_DIR=1 bash scripts/test.sh # keep the test copy to read results/
@@ -35,13 +37,37 @@ SRC=$(pwd)
 KINDS=${*:-regress compat isolation tap soak fuzz clients dashboard}
 export DEBIAN_FRONTEND=noninteractive
 
+# matrix: the suites on each supported major, in roots of their own; it
+# needs nothing of this machine's PostgreSQL
+case " $KINDS " in *" matrix "*)
+	if [ "$KINDS" != matrix ]; then
+		echo "kind matrix runs alone (MATRIX_KINDS chooses the kinds it runs in each root)"
+		echo "0 passed, 1 failed"
+		exit 2
+	fi
+	exec bash scripts/matrix.sh
+	;;
+esac
+
 log() { printf '==> %s\n' "$*"; }
+
+# PG_CONFIG may point at a relocated copy of the server's installation
+# (cp -a of /usr/lib/postgresql/15 and /usr/share/postgresql/15 under one
+# root), so that parallel runs of different trees do not overwrite each
+# other's installed extension; or at another major's (Debian's
+# /usr/lib/postgresql/MAJOR/bin/pg_config): its packages are the ones
+# installed below.  15 by default.
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_MAJOR=15
+if [ -x "$PG_CONFIG" ]; then
+	PG_MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+fi
 
 # --- dependencies ------------------------------------------------------------
 need=()
 command -v make >/dev/null && command -v gcc >/dev/null || need+=(build-essential)
-[ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
-[ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
+[ -x "/usr/lib/postgresql/$PG_MAJOR/bin/postgres" ] || need+=("postgresql-$PG_MAJOR")
+[ -f "/usr/include/postgresql/$PG_MAJOR/server/postgres.h" ] || need+=("postgresql-server-dev-$PG_MAJOR")
 perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
 case " $KINDS " in *" fuzz "*)
 	command -v sqlsmith >/dev/null || need+=(sqlsmith) ;;
@@ -59,25 +85,19 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null ||
 		{ echo "apt-get install failed"; echo "0 passed, 1 failed"; exit 1; }
 fi
-# PG_CONFIG may point at a relocated copy of the server's installation
-# (cp -a of /usr/lib/postgresql/15 and /usr/share/postgresql/15 under one
-# root), so that parallel runs of different trees do not overwrite each
-# other's installed extension.
-export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-
 # pg_cron, for t/010_pg_cron.pl: Debian's package installs it into the
 # system's tree; a relocated tree gets a copy of its files.
 pkglibdir=$("$PG_CONFIG" --pkglibdir)
 extdir=$("$PG_CONFIG" --sharedir)/extension
 if [ ! -f "$pkglibdir/pg_cron.so" ]; then
-	if [ ! -f /usr/lib/postgresql/15/lib/pg_cron.so ]; then
-		log "installing postgresql-15-cron"
-		apt-get update -qq && apt-get install -y -qq postgresql-15-cron >/dev/null ||
-			{ echo "apt-get install postgresql-15-cron failed"; echo "0 passed, 1 failed"; exit 1; }
+	if [ ! -f "/usr/lib/postgresql/$PG_MAJOR/lib/pg_cron.so" ]; then
+		log "installing postgresql-$PG_MAJOR-cron"
+		apt-get update -qq && apt-get install -y -qq "postgresql-$PG_MAJOR-cron" >/dev/null ||
+			{ echo "apt-get install postgresql-$PG_MAJOR-cron failed"; echo "0 passed, 1 failed"; exit 1; }
 	fi
 	if [ ! -f "$pkglibdir/pg_cron.so" ]; then
-		cp /usr/lib/postgresql/15/lib/pg_cron.so "$pkglibdir/" &&
-			cp /usr/share/postgresql/15/extension/pg_cron* "$extdir/" ||
+		cp "/usr/lib/postgresql/$PG_MAJOR/lib/pg_cron.so" "$pkglibdir/" &&
+			cp "/usr/share/postgresql/$PG_MAJOR/extension/"pg_cron* "$extdir/" ||
 			{ echo "could not copy pg_cron into $pkglibdir"; echo "0 passed, 1 failed"; exit 1; }
 	fi
 fi
@@ -117,11 +137,13 @@ passed=0
 failed=0
 
 # pg_regress and pg_isolation_regress print one line per test:
-#   "test name   ... ok   12 ms" or "     name   ... FAILED   12 ms"
+#   "test name   ... ok   12 ms" or "     name   ... FAILED   12 ms" (15),
+#   "ok 1     - name   12 ms" or "not ok 1     - name   12 ms" (TAP, from 16;
+#   "+" instead of "-" in a parallel group)
 count_pg_regress() {
 	local out=$1 ok bad
-	ok=$(grep -cE '^(test |     )?[ ]*[A-Za-z0-9_]+ +\.\.\. ok' "$out")
-	bad=$(grep -cE '\.\.\. (FAILED|failed)' "$out")
+	ok=$(grep -cE '^(test |     )?[ ]*[A-Za-z0-9_]+ +\.\.\. ok|^ok [0-9]+ +[-+] ' "$out")
+	bad=$(grep -cE '\.\.\. (FAILED|failed)|^not ok [0-9]+ +[-+] ' "$out")
 	echo "$ok $bad"
 }
 
@@ -161,9 +183,17 @@ for kind in $KINDS; do
 		rc=$?
 		read -r ok bad < <(count_pg_regress "$out")
 		;;
-	tap)
-		log "TAP"
-		run_as_pg REGRESS= ISOLATION= PROVE_FLAGS="--timer -v" >"$out" 2>&1
+	tap | upgrade)
+		# upgrade: the TAP files of the update from 1.0 alone (a live
+		# update; the schema it leaves against a fresh install's)
+		tests=()
+		if [ "$kind" = tap ]; then
+			log "TAP"
+		else
+			log "TAP, the update from 1.0 (t/006_upgrade.pl, t/033_upgrade_dump.pl)"
+			tests=("PROVE_TESTS=t/006_upgrade.pl t/033_upgrade_dump.pl")
+		fi
+		run_as_pg REGRESS= ISOLATION= PROVE_FLAGS="--timer -v" "${tests[@]}" >"$out" 2>&1
 		rc=$?
 		ok=$(grep -cE '^[[:space:]]*ok [0-9]+' "$out")
 		bad=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$out")
@@ -231,7 +261,7 @@ for kind in $KINDS; do
 		bad=${bad:-0}
 		;;
 	*)
-		echo "unknown test kind: $kind (use regress, compat, isolation, tap, soak, fuzz, clients or dashboard)"
+		echo "unknown test kind: $kind (use regress, compat, isolation, tap, upgrade, soak, fuzz, clients, dashboard or matrix)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;
@@ -259,7 +289,7 @@ for kind in $KINDS; do
 		if [ "$kind" = fuzz ] && [ -f "$WORK/fuzz/server.log" ]; then
 			log "$WORK/fuzz/server.log (tail)"; tail -n 40 "$WORK/fuzz/server.log"
 		fi
-		if [ "$kind" = tap ]; then
+		if [ "$kind" = tap ] || [ "$kind" = upgrade ]; then
 			for f in "$WORK"/tree/tmp_check/log/regress_log_*; do
 				[ -f "$f" ] && { log "$f"; tail -n 80 "$f"; }
 			done

@@ -20,9 +20,9 @@
 # of postgres itself would then fail every test; the reports are read from
 # the log files instead.
 set -uo pipefail
-if [ "$(id -u)" != 0 ]; then
-	exec sudo -E bash "$0" "$@"
-fi
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "$0")/as-root.sh"
+as_root "$0" "$@"
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}

@@ -327,9 +327,13 @@ SELECT count(*) AS jobs FROM pgqueue.queue;
 SELECT pgq_push('big', jsonb_build_object('s', repeat('x', 17 * 1024 * 1024)));
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS jobs FROM pgqueue.queue;
--- out of its range
+-- out of its range: 22023 (the message, which names the range, gives its
+-- units from PostgreSQL 16 on; the range is read from pg_settings)
+SELECT min_val, max_val, unit FROM pg_settings WHERE name = 'pgqueue.max_payload_size';
+\set VERBOSITY sqlstate
 SET pgqueue.max_payload_size = 0;
 SET pgqueue.max_payload_size = '2GB';
+\set VERBOSITY default
 -- not for ordinary roles
 CREATE ROLE regress_setter;
 SET ROLE regress_setter;

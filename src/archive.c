@@ -295,17 +295,15 @@ pgq_archive_insert(Oid part, const Datum *values, const bool *isnull)
 	Relation	rel = table_open(part, RowExclusiveLock);
 	TupleDesc	desc = RelationGetDescr(rel);
 	EState	   *estate = CreateExecutorState();
-	RangeTblEntry *rte = makeNode(RangeTblEntry);
+	List	   *perminfos = NIL;
+	RangeTblEntry *rte = pgq_make_rte(&perminfos, RowExclusiveLock);
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 	TupleTableSlot *slot;
 	int			found = 0;
 	int			i;
 
-	rte->rtekind = RTE_RELATION;
-	rte->relid = part;
-	rte->relkind = RELKIND_RELATION;
-	rte->rellockmode = RowExclusiveLock;
-	ExecInitRangeTable(estate, list_make1(rte));
+	pgq_rte_set_relid(perminfos, rte, part);
+	pgq_init_range_table(estate, list_make1(rte), perminfos);
 	estate->es_output_cid = GetCurrentCommandId(true);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
 	ExecOpenIndices(rri, false);
@@ -339,7 +337,7 @@ pgq_archive_insert(Oid part, const Datum *values, const bool *isnull)
 
 	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
 	if (rri->ri_NumIndices > 0)
-		(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL);
+		(void) pgq_insert_index_tuples(rri, slot, estate, false, false);
 
 	ExecCloseIndices(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);

@@ -272,7 +272,7 @@ pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 			ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTGreaterEqualStrategyNumber,
 								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
 								   TimestampTzGetDatum(from));
-		scan = index_beginscan(t->rel, idx, w->snapshot, nkeys, 0);
+		scan = pgq_index_beginscan(t->rel, idx, w->snapshot, nkeys, 0);
 		index_rescan(scan, keys, nkeys, NULL, 0);
 
 		/* the heap version is re-checked: the entry may lead through a HOT chain */
@@ -369,7 +369,7 @@ pgq_ready_probe(PgqWrite *w, TimestampTz start)
 							   TimestampTzGetDatum(start));
 		memset(&rw, 0, sizeof(rw));
 		rw.t = t;
-		rw.scan = index_beginscan(t->rel, idx, w->snapshot, start != DT_NOBEGIN ? 1 : 0, 0);
+		rw.scan = pgq_index_beginscan(t->rel, idx, w->snapshot, start != DT_NOBEGIN ? 1 : 0, 0);
 		index_rescan(rw.scan, &key, start != DT_NOBEGIN ? 1 : 0, NULL, 0);
 		rw.slot = t->found;
 		pgq_walk_next(&rw);
@@ -461,7 +461,7 @@ pgq_walks_begin_next(PgqWrite *w, ClaimWalks *cw)
 			ScanKeyEntryInitialize(&keys[0], 0, 1, BTGreaterEqualStrategyNumber,
 								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
 								   TimestampTzGetDatum(cw->start));
-			rw->scan = index_beginscan(t->rel, idx, w->snapshot, nstart, 0);
+			rw->scan = pgq_index_beginscan(t->rel, idx, w->snapshot, nstart, 0);
 			index_rescan(rw->scan, keys, nstart, NULL, 0);
 		}
 		else
@@ -482,7 +482,7 @@ pgq_walks_begin_next(PgqWrite *w, ClaimWalks *cw)
 			ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterEqualStrategyNumber,
 								   InvalidOid, InvalidOid, F_TIMESTAMPTZ_GE,
 								   TimestampTzGetDatum(cw->start));
-			rw->scan = index_beginscan(t->rel, idx, w->snapshot, 1 + nstart, 0);
+			rw->scan = pgq_index_beginscan(t->rel, idx, w->snapshot, 1 + nstart, 0);
 			index_rescan(rw->scan, keys, 1 + nstart, NULL, 0);
 		}
 		rw->t = t;

@@ -384,7 +384,7 @@ pgq_may_run(Node *parsetree, const char *dbname)
 		}
 		return createdb;
 	}
-	return pg_database_ownercheck(dboid, GetUserId());
+	return pgq_database_ownercheck(dboid, GetUserId());
 }
 
 /*

@@ -46,7 +46,7 @@ pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s)
 {
 	Oid			nsp = get_namespace_oid("pgqueue", false);
 	Relation	rel = table_open(pgq_relid(nsp, "queues"), AccessShareLock);
-	Relation	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	Relation	idx = index_open(pgq_primary_key_index(rel), AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	IndexScanDesc scan;
 	ScanKeyData key;
@@ -62,7 +62,7 @@ pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s)
 
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   idx->rd_indcollation[0], F_TEXTEQ, queue);
-	scan = index_beginscan(rel, idx, snapshot, 1, 0);
+	scan = pgq_index_beginscan(rel, idx, snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{

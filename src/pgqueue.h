@@ -20,6 +20,7 @@
  *					snapshot is left
  * src/hook.c		the utility hook: restores pause the scheduler, and
  *					database commands hold it off
+ * src/pgq_compat.h	the calls that differ between PostgreSQL majors
  *
  *-------------------------------------------------------------------------
  */
@@ -38,6 +39,8 @@
 #include "utils/snapshot.h"
 #include "utils/uuid.h"
 #include "storage/lock.h"
+
+#include "pgq_compat.h"
 
 /* Limits on user input; documented in README.md. */
 #define PGQ_MAX_NAME_BYTES		128		/* queue names */

@@ -163,10 +163,10 @@ pgq_retire_partition(Oid parent, Oid relid)
 	int			nest;
 
 	SET_LOCKTAG_RELATION(tag, MyDatabaseId, parent);
-	if (!LockHeldByMe(&tag, AccessExclusiveLock))
+	if (!pgq_lock_held_by_me(&tag, AccessExclusiveLock))
 		elog(ERROR, "retiring %s without ACCESS EXCLUSIVE on %s", name, parent_name);
 	SET_LOCKTAG_RELATION(tag, MyDatabaseId, relid);
-	if (!LockHeldByMe(&tag, AccessExclusiveLock))
+	if (!pgq_lock_held_by_me(&tag, AccessExclusiveLock))
 		elog(ERROR, "retiring %s without ACCESS EXCLUSIVE on it", name);
 	pgq_lock_extension_nowait(extoid, psprintf("retire %s", name));
 
@@ -289,16 +289,7 @@ pgq_standby_conflict(Relation rel, TransactionId xid)
 	horizon = FullTransactionIdFromEpochAndXid(epoch, xid);
 	FullTransactionIdRetreat(&horizon);
 
-	memset(&xlrec, 0, sizeof(xlrec));
-#if PG_VERSION_NUM >= 160000
-	xlrec.locator = rel->rd_locator;
-	xlrec.snapshotConflictHorizon = horizon;
-	xlrec.isCatalogRel = false;
-#else
-	xlrec.node = rel->rd_node;
-	xlrec.latestRemovedFullXid = horizon;
-#endif
-	xlrec.block = 0;
+	pgq_fill_btree_reuse_page(&xlrec, rel, horizon);
 
 	XLogBeginInsert();
 	XLogRegisterData((char *) &xlrec, SizeOfBtreeReusePage);

@@ -773,7 +773,7 @@ stats_settle(RingNotes *rn, const RingSlot *s, TimestampTz now)
 	if (now < rn->truncated[s->slot] + PGQ_STATS_SETTLE_USECS)
 		return;
 	st = pgstat_fetch_stat_tabentry(s->relid);
-	if (st == NULL || (st->n_live_tuples == 0 && st->n_dead_tuples == 0))
+	if (st == NULL || (pgq_tabentry_live_tuples(st) == 0 && pgq_tabentry_dead_tuples(st) == 0))
 		return;
 	if (!ConditionalLockRelationOid(s->relid, AccessExclusiveLock))
 		return;

@@ -516,7 +516,7 @@ pgq_room(PassRels *r, QueueState *q, text *qname)
 		ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 							   idx->rd_indcollation[0], F_TEXTEQ,
 							   PointerGetDatum(qname));
-		scan = index_beginscan(t->rel, idx, snap, 1, 0);
+		scan = pgq_index_beginscan(t->rel, idx, snap, 1, 0);
 		index_rescan(scan, &key, 1, NULL, 0);
 		while (index_getnext_slot(scan, ForwardScanDirection, t->next))
 			n++;
@@ -567,7 +567,7 @@ pgq_walk_begin(PassRels *r, int slot, text *qname, const QueuePos *pos, bool aft
 							   InvalidOid, InvalidOid, PointerGetDatum(row));
 		nkeys = 2;
 	}
-	scan = index_beginscan(r->w.jobs[slot].rel, ready_idx, r->w.snapshot, nkeys, 0);
+	scan = pgq_index_beginscan(r->w.jobs[slot].rel, ready_idx, r->w.snapshot, nkeys, 0);
 	index_rescan(scan, keys, nkeys, NULL, 0);
 	return scan;
 }
@@ -580,7 +580,7 @@ pgq_walk_begin(PassRels *r, int slot, text *qname, const QueuePos *pos, bool aft
 static int64
 pgq_index_entries_read(Relation idx)
 {
-	return idx->pgstat_info != NULL ? idx->pgstat_info->t_counts.t_tuples_returned : 0;
+	return idx->pgstat_info != NULL ? pgq_tabstat_tuples_returned(idx->pgstat_info) : 0;
 }
 
 /* The job row after it is taken: 'scheduled', one version more. */
@@ -777,7 +777,7 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			TM_Result	res;
 			TM_FailureData tmfd;
 			LockTupleMode lockmode;
-			bool		update_indexes;
+			PgqUpdateIndexes update_indexes;
 
 			/* the lowest row of the walks */
 			for (k = 0; k < nwalks; k++)
@@ -837,11 +837,11 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 				int			natts = RelationGetDescr(work->rel)->natts;
 				int			i;
 
-				if (update_indexes)
+				if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes))
 					pgq_table_indexes(job);
-				if (update_indexes && job->rri->ri_NumIndices > 0)
-					list_free(ExecInsertIndexTuples(job->rri, job->next, r->w.estate,
-													true, false, NULL, NIL));
+				if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes) && job->rri->ri_NumIndices > 0)
+					list_free(pgq_insert_index_tuples(job->rri, job->next, r->w.estate, true,
+													  PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes)));
 				for (i = 0; i < natts; i++)
 				{
 					values[i] = (Datum) 0;
@@ -1246,7 +1246,7 @@ pgq_ready_queue_names(PassRels *r, char ***names, uint32 **masks)
 		ScanKeyData key;
 		Datum		last = (Datum) 0;
 
-		scan = index_beginscan(t->rel, idx, GetActiveSnapshot(), 1, 0);
+		scan = pgq_index_beginscan(t->rel, idx, GetActiveSnapshot(), 1, 0);
 		scan->xs_want_itup = true;
 
 		/*

@@ -43,19 +43,6 @@ static void pgq_hold_release_at_exit(int code, Datum arg);
 static bool pgq_held_locked(int dbindex);
 
 /*
- * A backend's number, which indexes pgq_shared->calls, and that of a
- * virtual transaction id's backend: BackendId up to 16, ProcNumber from 17
- * (both below the number of PGPROCs).
- */
-#if PG_VERSION_NUM >= 170000
-#define PGQ_MY_BACKEND() ((int) MyProcNumber)
-#define PGQ_VXID_BACKEND(v) ((int) (v).procNumber)
-#else
-#define PGQ_MY_BACKEND() ((int) MyBackendId)
-#define PGQ_VXID_BACKEND(v) ((int) (v).backendId)
-#endif
-
-/*
  * pgqueue calls under way in this backend (nested ones count once), and
  * the subtransaction each of the first PGQ_CALL_LEVELS began in: a call
  * that an error ends inside a subtransaction (a PL/pgSQL EXCEPTION block)
@@ -198,14 +185,14 @@ void
 pgq_scheduler_attach(int dbindex)
 {
 	my_slot = pgq_find_slot(dbindex);
-	my_slot->scheduler_procno = MyProc->pgprocno;
+	my_slot->scheduler_procno = pgq_my_procno();
 	before_shmem_exit(pgq_scheduler_detach, (Datum) 0);
 }
 
 static void
 pgq_scheduler_detach(int code, Datum arg)
 {
-	if (my_slot != NULL && my_slot->scheduler_procno == MyProc->pgprocno)
+	if (my_slot != NULL && my_slot->scheduler_procno == pgq_my_procno())
 		my_slot->scheduler_procno = -1;
 	pgq_restore_pass_end();
 }
@@ -601,7 +588,7 @@ pgq_launcher_attach(void)
 	if (pgq_shared == NULL)
 		return;
 	SpinLockAcquire(&pgq_shared->mutex);
-	pgq_shared->launcher_procno = MyProc->pgprocno;
+	pgq_shared->launcher_procno = pgq_my_procno();
 	SpinLockRelease(&pgq_shared->mutex);
 }
 
@@ -627,7 +614,7 @@ pgq_launcher_attach(void)
 static void
 pgq_call_clear(int code, Datum arg)
 {
-	int			b = PGQ_MY_BACKEND();
+	int			b = pgq_my_backend();
 
 	if (pgq_shared != NULL && b >= 0 && b < pgq_shared->ncalls)
 		pg_atomic_write_u32(&pgq_shared->calls[b], 0);
@@ -637,7 +624,7 @@ pgq_call_clear(int code, Datum arg)
 void
 pgq_call_begin(void)
 {
-	int			b = PGQ_MY_BACKEND();
+	int			b = pgq_my_backend();
 
 	if (call_depth < PGQ_CALL_LEVELS)
 		call_subid[call_depth] = GetCurrentSubTransactionId();
@@ -699,7 +686,7 @@ pgq_calls_at_subxact_abort(SubTransactionId subid)
 uint32
 pgq_call_of(VirtualTransactionId vxid)
 {
-	int			b = PGQ_VXID_BACKEND(vxid);
+	int			b = pgq_vxid_backend(vxid);
 
 	pg_memory_barrier();
 	if (pgq_shared == NULL || b < 0 || b >= pgq_shared->ncalls)

@@ -98,15 +98,15 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 		}
 	}
 	if (t->att[PGQ_COL_ID] == InvalidAttrNumber ||
-		!OidIsValid(RelationGetPrimaryKeyIndex(t->rel)))
+		!OidIsValid(pgq_primary_key_index(t->rel)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("relation \"pgqueue.%s\" has no primary key on id",
 						RelationGetRelationName(t->rel)),
 				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
-	t->pkey = index_open(RelationGetPrimaryKeyIndex(t->rel), lockmode);
+	t->pkey = index_open(pgq_primary_key_index(t->rel), lockmode);
 
-	exec_rt_fetch(rti, w->estate)->relid = relid;
+	pgq_rte_set_relid(pgq_estate_perminfos(w->estate), exec_rt_fetch(rti, w->estate), relid);
 	t->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(t->rri, t->rel, rti, NULL, 0);
 	t->indexes_open = false;	/* pgq_table_indexes: deletes need none */
@@ -150,12 +150,14 @@ pgq_table_close(PgqTable *t)
  * places (PGQ_WORK_RTI, PGQ_JOB_RTI), telling which columns an update
  * changes (pgq_write_changes); each RTE gets its relation when its slot
  * is opened.  Made once per backend and reset for each call (the executor
- * state only points to it).
+ * state only points to it), with the list of its entries'
+ * RTEPermissionInfos (*perminfos; NIL in 15, see pgq_compat.h).
  */
 static List *
-pgq_write_rtable(void)
+pgq_write_rtable(List **perminfos)
 {
 	static List *rtable = NIL;
+	static List *rtable_perminfos = NIL;
 	ListCell   *lc;
 
 	if (rtable == NIL)
@@ -164,23 +166,18 @@ pgq_write_rtable(void)
 		int			i;
 
 		for (i = 0; i < 2 * PGQ_MAX_SLOTS; i++)
-		{
-			RangeTblEntry *rte = makeNode(RangeTblEntry);
-
-			rte->rtekind = RTE_RELATION;
-			rte->relkind = RELKIND_RELATION;
-			rte->rellockmode = RowExclusiveLock;
-			rtable = lappend(rtable, rte);
-		}
+			rtable = lappend(rtable, pgq_make_rte(&rtable_perminfos, RowExclusiveLock));
 		MemoryContextSwitchTo(old);
 	}
 	foreach(lc, rtable)
 	{
 		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
 
-		rte->relid = InvalidOid;
-		rte->updatedCols = NULL;	/* a call's own, freed with it */
+		pgq_rte_set_relid(rtable_perminfos, rte, InvalidOid);
+		/* a call's own, freed with it */
+		pgq_rte_set_updated_cols(rtable_perminfos, rte, NULL);
 	}
+	*perminfos = rtable_perminfos;
 	return rtable;
 }
 
@@ -228,6 +225,8 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 	for (attempt = 0;; attempt++)
 	{
 		PgqRingView again;
+		List	   *rtable;
+		List	   *perminfos;
 		bool		moved = false;
 		int			i;
 
@@ -244,7 +243,8 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 		}
 
 		w->estate = CreateExecutorState();
-		ExecInitRangeTable(w->estate, pgq_write_rtable());
+		rtable = pgq_write_rtable(&perminfos);
+		pgq_init_range_table(w->estate, rtable, perminfos);
 
 		w->layout = PGQ_V11;
 		if (open & PGQ_OPEN_WORK)
@@ -610,7 +610,7 @@ pgq_write_changes(PgqWrite *w, PgqTable *t, const PgqCol *cols, int ncols)
 	for (i = 0; i < ncols; i++)
 		if (t->att[cols[i]] != InvalidAttrNumber)
 			set = bms_add_member(set, t->att[cols[i]] - FirstLowInvalidHeapAttributeNumber);
-	rte->updatedCols = set;
+	pgq_rte_set_updated_cols(pgq_estate_perminfos(w->estate), rte, set);
 }
 
 /*
@@ -625,7 +625,7 @@ pgq_find(PgqWrite *w, PgqTable *t, Datum id)
 	bool		found;
 
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_UUID_EQ, id);
-	scan = index_beginscan(t->rel, t->pkey, w->snapshot, 1, 0);
+	scan = pgq_index_beginscan(t->rel, t->pkey, w->snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, t->found);
 	index_endscan(scan);
@@ -751,7 +751,7 @@ pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
 		TM_FailureData tmfd;
 		TM_Result	res;
 		LockTupleMode lockmode;
-		bool		update_indexes;
+		PgqUpdateIndexes update_indexes;
 		int			natts = RelationGetDescr(t->rel)->natts;
 
 		if (check != NULL && !check(t, arg))
@@ -767,11 +767,11 @@ pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
 								 &lockmode, &update_indexes);
 		if (res == TM_Ok)
 		{
-			if (update_indexes)
+			if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes))
 				pgq_table_indexes(t);
-			if (update_indexes && t->rri->ri_NumIndices > 0)
-				list_free(ExecInsertIndexTuples(t->rri, t->next, w->estate,
-												true, false, NULL, NIL));
+			if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes) && t->rri->ri_NumIndices > 0)
+				list_free(pgq_insert_index_tuples(t->rri, t->next, w->estate, true,
+												  PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes)));
 			pgq_write_done(w, t);
 			return true;
 		}
@@ -804,8 +804,7 @@ pgq_insert(PgqWrite *w, PgqTable *t, Datum *values, bool *isnull)
 	table_tuple_insert(t->rel, t->next, w->cid, 0, NULL);
 	pgq_table_indexes(t);
 	if (t->rri->ri_NumIndices > 0)
-		list_free(ExecInsertIndexTuples(t->rri, t->next, w->estate,
-										false, false, NULL, NIL));
+		list_free(pgq_insert_index_tuples(t->rri, t->next, w->estate, false, false));
 	pgq_write_done(w, t);
 }
 

@@ -136,19 +136,22 @@ def main():
 
     @mutation('a capped queue grown past its cap', 'max_in_flight never exceeded by a pass')
     def _(h):
-        cfg = sorted((e['t0'], e['t1'], e['max_in_flight']) for e in h
-                     if e['ev'] in ('config', 'fault_error') and e.get('q') == 'soak_cap3'
-                     and e.get('max_in_flight') is not None)
-        for s in [e for e in h if e['ev'] == 'sample']:
-            t = s['t0']
-            last = [c for c in cfg if c[1] < t - 5]
-            if last and last[-1][2] > 0 and not any(t - 5 <= c[1] and c[0] <= t + 1 for c in cfg) \
-                    and s['wq'].get('soak_cap3', 0) <= last[-1][2]:
-                # a sample just after it: the count jumped past a cap that
-                # had not changed for 5 s
-                h.append(dict(s, wq=dict(s['wq'], soak_cap3=last[-1][2] + 1),
-                              t0=s['t0'] + 0.01, t1=s['t1'] + 0.01))
-                return
+        # either capped queue: a short run under load may have set one's
+        # cap to 0 (none) early and never back
+        for q in ('soak_cap3', 'soak_cap5'):
+            cfg = sorted((e['t0'], e['t1'], e['max_in_flight']) for e in h
+                         if e['ev'] in ('config', 'fault_error') and e.get('q') == q
+                         and e.get('max_in_flight') is not None)
+            for s in [e for e in h if e['ev'] == 'sample']:
+                t = s['t0']
+                last = [c for c in cfg if c[1] < t - 5]
+                if last and last[-1][2] > 0 and not any(t - 5 <= c[1] and c[0] <= t + 1 for c in cfg) \
+                        and s['wq'].get(q, 0) <= last[-1][2]:
+                    # a sample just after it: the count jumped past a cap
+                    # that had not changed for 5 s
+                    h.append(dict(s, wq=dict(s['wq'], **{q: last[-1][2] + 1}),
+                                  t0=s['t0'] + 0.01, t1=s['t1'] + 0.01))
+                    return
         raise LookupError('no sample under a stable cap')
 
     @mutation('a claimable row missed by an empty claim',
