@@ -856,8 +856,12 @@ def main():
             for rb in rolled_back.get(jid, []):
                 if rb['t0'] < s['t0']:
                     since = max(since, rb['t1'])
+            # the last claim that ended after the row was made took it (a
+            # claim may begin before the row it takes exists: a blocking
+            # claim, or one that waited for a lock), and held it until its
+            # holder was released (or the sample)
             cl = [c for c in claims.get(jid, []) if c['t1'] < s['t0']]
-            if cl and cl[-1]['t0'] > since - 0.01:
+            if cl and cl[-1]['t1'] > since - 0.01:
                 last = cl[-1]
                 rel = [r['t1'] for r in releases.get(last['holder'], [])
                        if r['t1'] > last['t0'] and r['t0'] < s['t0']]
