@@ -99,8 +99,9 @@
  * row can appear in it: the scheduler notes them (GetLockConflicts with
  * SHARE: every mode that may write) at a look that finds it empty, and
  * drains (stops visiting) it at a later look that finds them all ended
- * and it still empty; or at once when it has SHARE, which no writer of it
- * holds, without waiting.  (It once drained under SHARE only: claims and
+ * and it still empty (its rows may still be updated by others then: seen
+ * by a snapshot as well as by SnapshotDirty, slot_settled_empty); or at
+ * once when it has SHARE, which no writer of it holds, without waiting.  (It once drained under SHARE only: claims and
  * acks, which lock every live slot they visit, kept empty slots from
  * draining for as long as they came, and each slot kept live costs every
  * claim a probe.)  A
@@ -531,6 +532,37 @@ slot_rows(Oid relid, int max)
 	return n;
 }
 
+/*
+ * Whether live slot relid is empty for good, once every transaction that
+ * may still insert into it has ended (lockers_over), without a lock that
+ * keeps others from updating its rows meanwhile.  The SnapshotDirty scan
+ * of slot_rows can miss a row that such an update moves behind it (to a
+ * page it passed, or one added after it began) and commits before it
+ * reaches the old version; a snapshot taken before it still sees that old
+ * version, in place (not pruned while this transaction's xmin holds it):
+ * empty when neither finds a row.
+ */
+static bool
+slot_settled_empty(Oid relid)
+{
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	bool		empty = (slot_rows(relid, 0) == 0);
+
+	if (empty)
+	{
+		Relation	rel = table_open(relid, AccessShareLock);
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		TupleTableSlot *slot = table_slot_create(rel, NULL);
+
+		empty = !table_scan_getnextslot(scan, ForwardScanDirection, slot);
+		ExecDropSingleTupleTableSlot(slot);
+		table_endscan(scan);
+		table_close(rel, NoLock);
+	}
+	UnregisterSnapshot(snap);
+	return empty;
+}
+
 /* Whether the slot relid has grown to pgqueue.slot_size. */
 static bool
 slot_full(Oid relid)
@@ -947,12 +979,12 @@ ring_turn(void *arg)
 			if (slot_rows(s->relid, 0) > 0)
 				rn->lockers_noted[s->slot] = false;
 			else if (ConditionalLockRelationOid(s->relid, ShareLock))
-				drain = true;
+				drain = (slot_rows(s->relid, 0) == 0);	/* no writer: exact */
 			else if (!rn->lockers_noted[s->slot])
 				note_lockers(rn, s);
-			else
-				drain = lockers_over(rn, s->slot);
-			if (drain && slot_rows(s->relid, 0) == 0)
+			else if (lockers_over(rn, s->slot))
+				drain = slot_settled_empty(s->relid);
+			if (drain)
 			{
 				set_state(name, s, SLOT_DRAINED);
 				note_waits(rn, s->slot);
