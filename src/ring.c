@@ -92,10 +92,19 @@
  *
  * Why no row is lost or hidden.  Rows are inserted only into a slot that
  * the call's view read after the lock names current: the lock is taken
- * before that view is read again, so the slot cannot have been drained in
- * between, and the scheduler drains (stops visiting) a live slot only
- * under SHARE, which no writer of it holds, after finding it empty; from
- * then on a call that locks it sees it drained and inserts elsewhere.  A
+ * before that view is read again, and a call that locks a slot after the
+ * turn that made it live was sent (the scheduler's transaction ended)
+ * sees it live and inserts elsewhere.  So once every transaction that
+ * held a lock on a live slot at some look after that turn has ended, no
+ * row can appear in it: the scheduler notes them (GetLockConflicts with
+ * SHARE: every mode that may write) at a look that finds it empty, and
+ * drains (stops visiting) it at a later look that finds them all ended
+ * and it still empty (its rows may still be updated by others then: seen
+ * by a snapshot as well as by SnapshotDirty, slot_settled_empty); or at
+ * once when it has SHARE, which no writer of it holds, without waiting.  (It once drained under SHARE only: claims and
+ * acks, which lock every live slot they visit, kept empty slots from
+ * draining for as long as they came, and each slot kept live costs every
+ * claim a probe.)  A
  * slot is truncated only under ACCESS EXCLUSIVE (taken without waiting)
  * after a look, under that lock, finds no row that any transaction could
  * still see as live (SnapshotDirty: rows whose insert or delete is in
@@ -256,6 +265,10 @@ typedef struct RingNotes
 	bool		waits_noted[PGQ_MAX_SLOTS];
 	TransactionId next_xid[PGQ_MAX_SLOTS];	/* the next xid when noted */
 	TimestampTz truncated[PGQ_MAX_SLOTS];	/* free since; 0: not watched */
+	/* a live slot found empty: the transactions that held a lock on it then */
+	VirtualTransactionId *lockers[PGQ_MAX_SLOTS];
+	int			nlockers[PGQ_MAX_SLOTS];
+	bool		lockers_noted[PGQ_MAX_SLOTS];
 } RingNotes;
 
 static RingNotes ring_notes[2];
@@ -519,6 +532,37 @@ slot_rows(Oid relid, int max)
 	return n;
 }
 
+/*
+ * Whether live slot relid is empty for good, once every transaction that
+ * may still insert into it has ended (lockers_over), without a lock that
+ * keeps others from updating its rows meanwhile.  The SnapshotDirty scan
+ * of slot_rows can miss a row that such an update moves behind it (to a
+ * page it passed, or one added after it began) and commits before it
+ * reaches the old version; a snapshot taken before it still sees that old
+ * version, in place (not pruned while this transaction's xmin holds it):
+ * empty when neither finds a row.
+ */
+static bool
+slot_settled_empty(Oid relid)
+{
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	bool		empty = (slot_rows(relid, 0) == 0);
+
+	if (empty)
+	{
+		Relation	rel = table_open(relid, AccessShareLock);
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		TupleTableSlot *slot = table_slot_create(rel, NULL);
+
+		empty = !table_scan_getnextslot(scan, ForwardScanDirection, slot);
+		ExecDropSingleTupleTableSlot(slot);
+		table_endscan(scan);
+		table_close(rel, NoLock);
+	}
+	UnregisterSnapshot(snap);
+	return empty;
+}
+
 /* Whether the slot relid has grown to pgqueue.slot_size. */
 static bool
 slot_full(Oid relid)
@@ -611,6 +655,40 @@ waits_over(RingNotes *rn, int32 s)
 			return false;
 	}
 	return !pgq_standby_snapshots_before(rn->next_xid[s]);
+}
+
+/*
+ * Note the transactions that hold a lock on live slot s now (any mode but
+ * ACCESS SHARE: those that may write it), for lockers_over.
+ */
+static void
+note_lockers(RingNotes *rn, const RingSlot *s)
+{
+	LOCKTAG		tag;
+	VirtualTransactionId *v;
+	int			n;
+
+	SET_LOCKTAG_RELATION(tag, MyDatabaseId, s->relid);
+	v = GetLockConflicts(&tag, ShareLock, &n);
+	if (rn->lockers[s->slot] != NULL)
+		pfree(rn->lockers[s->slot]);
+	rn->lockers[s->slot] = MemoryContextAlloc(TopMemoryContext,
+											  sizeof(VirtualTransactionId) * Max(n, 1));
+	memcpy(rn->lockers[s->slot], v, sizeof(VirtualTransactionId) * n);
+	rn->nlockers[s->slot] = n;
+	rn->lockers_noted[s->slot] = true;
+}
+
+/* Whether every transaction noted by note_lockers for slot s has ended. */
+static bool
+lockers_over(RingNotes *rn, int32 s)
+{
+	int			i;
+
+	for (i = 0; i < rn->nlockers[s]; i++)
+		if (!VirtualXactLock(rn->lockers[s][i], false))
+			return false;
+	return true;
 }
 
 /* Record slot s's state in pgqueue.slots (since: now, when it is current). */
@@ -836,6 +914,7 @@ ring_turn(void *arg)
 		{
 			rn->made_xmin[i] = InvalidTransactionId;
 			rn->waits_noted[i] = false;
+			rn->lockers_noted[i] = false;
 			rn->truncated[i] = 0;
 		}
 	}
@@ -885,20 +964,31 @@ ring_turn(void *arg)
 		}
 		else if (s->state == SLOT_FREE && rn->truncated[s->slot] != 0)
 			stats_settle(rn, s, now);
-		else if (s->state == SLOT_LIVE && s->has_row && slot_rows(s->relid, 0) == 0 &&
-				 ConditionalLockRelationOid(s->relid, ShareLock))
+		else if (s->state == SLOT_LIVE && s->has_row)
 		{
 			/*
-			 * Found empty again under SHARE, which no writer of the slot
-			 * holds: a call that locks it later sees it drained and
-			 * inserts elsewhere (the rule above).  A slot without a row in
-			 * pgqueue.slots is not one this ring made (a restore's, whose
-			 * rows and states may still be on their way): left live.
+			 * Drained once found empty after every transaction that held
+			 * a lock on it at an earlier look has ended (or under SHARE,
+			 * had at once, which none holds): see "Why no row is lost".
+			 * A slot without a row in pgqueue.slots is not one this ring
+			 * made (a restore's, whose rows and states may still be on
+			 * their way): left live.
 			 */
-			if (slot_rows(s->relid, 0) == 0)
+			bool		drain = false;
+
+			if (slot_rows(s->relid, 0) > 0)
+				rn->lockers_noted[s->slot] = false;
+			else if (ConditionalLockRelationOid(s->relid, ShareLock))
+				drain = (slot_rows(s->relid, 0) == 0);	/* no writer: exact */
+			else if (!rn->lockers_noted[s->slot])
+				note_lockers(rn, s);
+			else if (lockers_over(rn, s->slot))
+				drain = slot_settled_empty(s->relid);
+			if (drain)
 			{
 				set_state(name, s, SLOT_DRAINED);
 				note_waits(rn, s->slot);
+				rn->lockers_noted[s->slot] = false;
 				changed = true;
 			}
 		}
@@ -975,6 +1065,7 @@ ring_turn(void *arg)
 			set_state(name, next, SLOT_CURRENT);
 			rn->made_xmin[next->slot] = GetActiveSnapshot()->xmin;
 			rn->waits_noted[next->slot] = false;
+			rn->lockers_noted[next->slot] = false;
 			rn->truncated[next->slot] = 0;
 			changed = true;
 		}
