@@ -182,5 +182,18 @@ UPDATE pgqueue.work_queue SET lock_key = NULL, lock_timeout = NULL, started = NU
 SELECT pg_sleep(1.1);
 SELECT payload, tries FROM pgq_claim('w2');
 
+--
+-- a job row removed behind the API's back: the claim that meets its work
+-- row deletes it (with a warning) and takes the next job
+--
+TRUNCATE pgqueue.queue, pgqueue.work_queue;
+SELECT pgq_push('orph', '{"n": 1}') IS NOT NULL AND pgq_push('orph', '{"n": 2}') IS NOT NULL AS pushed;
+SELECT pgq_schedule();
+DELETE FROM pgqueue.queue WHERE payload = '{"n": 1}';
+\set VERBOSITY sqlstate
+SELECT id IS NOT NULL AS got, payload FROM pgq_claim('w1', 2, '1 min', ARRAY['orph']);
+\set VERBOSITY default
+SELECT count(*) AS work_rows FROM pgqueue.work_queue WHERE queue = 'orph';
+
 TRUNCATE pgqueue.queue, pgqueue.work_queue;
 DELETE FROM pgqueue.queues;

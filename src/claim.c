@@ -701,6 +701,11 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 		{
 			/* removed behind the API's back (the parent agrees) */
 			pgq_job_row_missing(id);
+			ereport(WARNING,
+					(errcode(ERRCODE_WARNING),
+					 errmsg("job %s has no row in pgqueue.queue: its work_queue row is deleted",
+							DatumGetCString(DirectFunctionCall1(uuid_out, id))),
+					 errdetail("The job row was removed other than by pgqueue's functions.")));
 			(void) pgq_delete_found(w, work, NULL, NULL);
 			continue;
 		}

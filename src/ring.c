@@ -72,9 +72,9 @@
  *		walks the slots of its view; the job of a work_queue row taken is
  *		looked for in the slots of queue, and in those made since the call
  *		began (pgq_write_refresh_views) when it is not found; a work_queue
- *		row is deleted only when the parent, read by SQL, has no job row
- *		either (pgq_job_row_missing): a row "not found" in a view is not
- *		gone.
+ *		row is deleted only when the parent, read by SQL, and then every
+ *		partition the catalog lists, read whole, have no job row either
+ *		(pgq_job_row_missing): a row "not found" in a view is not gone.
  *	 extend, ack, ack_batch, nack (jobs.c) find rows by primary key the
  *		same way; a row found moved by the scheduler (an UPDATE of its
  *		slot: a delete and an insert) is looked for again with a new

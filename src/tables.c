@@ -37,6 +37,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
@@ -393,8 +394,12 @@ pgq_find_in(PgqWrite *w, PgqRingView *v, PgqTable *(*open) (PgqWrite *, int),
 	{
 		PgqTable   *t;
 
-		if (i == v->n && pgq_write_refresh_views(w) == 0)
-			break;
+		if (i == v->n)
+		{
+			(void) pgq_write_refresh_views(w);
+			if (i == v->n)
+				break;			/* none added to this view (maybe to the other's) */
+		}
 		if (i == hint || (i < 0 && hint < 0))
 			continue;			/* the hint is probed first, once */
 		t = open(w, i < 0 ? hint : i);
@@ -534,6 +539,8 @@ pgq_write_job_row(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
  * still has it: then the call fails, rather than take a job for gone on
  * the word of its slots and leave it scheduled without a work_queue row.
  */
+static Oid pgq_job_row_scan(Datum id);
+
 void
 pgq_job_row_missing(Datum id)
 {
@@ -541,6 +548,7 @@ pgq_job_row_missing(Datum id)
 	Oid			type = UUIDOID;
 	int			nest = pgq_spi_connect();
 	bool		found;
+	Oid			scanned;
 
 	if (SPI_execute_plan(pgq_keep_plan(&plan, "SELECT 1 FROM pgqueue.queue q WHERE q.id = $1",
 									   1, &type),
@@ -554,6 +562,67 @@ pgq_job_row_missing(Datum id)
 				 errmsg("job %s was not found in the slots of pgqueue.queue",
 						DatumGetCString(DirectFunctionCall1(uuid_out, id))),
 				 errhint("Retry the transaction; report it if it happens again.")));
+
+	/*
+	 * Gone for the statement too.  It found the row through the same
+	 * primary keys, and a plan made from this backend's list of partitions:
+	 * before the caller takes the job for gone (a claim deletes its work
+	 * row, and a job left 'scheduled' without one is lost), every partition
+	 * the catalog lists now is read whole (rare: a job removed behind the
+	 * API's back).
+	 */
+	if (OidIsValid(scanned = pgq_job_row_scan(id)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("job %s was not found in the slots of pgqueue.queue",
+						DatumGetCString(DirectFunctionCall1(uuid_out, id))),
+				 errdetail("A scan of \"%s\" found it; its primary key did not.",
+						   get_rel_name(scanned)),
+				 errhint("Retry the transaction; report it if it happens again.")));
+}
+
+/*
+ * The partition of pgqueue.queue (or the table, in 1.0) that holds a row
+ * of job id that some transaction may still see (SnapshotDirty), read
+ * whole, in the partitions the catalog lists now; InvalidOid when none.
+ */
+static Oid
+pgq_job_row_scan(Datum id)
+{
+	Oid			parent = pgq_relid(get_namespace_oid("pgqueue", false), "queue");
+	List	   *rels = list_make1_oid(parent);
+	ListCell   *lc;
+
+	if (get_rel_relkind(parent) == RELKIND_PARTITIONED_TABLE)
+		rels = find_inheritance_children(parent, AccessShareLock);
+	foreach(lc, rels)
+	{
+		Oid			relid = lfirst_oid(lc);
+		Relation	rel = table_open(relid, AccessShareLock);
+		AttrNumber	att = get_attnum(relid, "id");
+		SnapshotData dirty;
+		TableScanDesc scan;
+		TupleTableSlot *slot;
+		bool		found = false;
+
+		InitDirtySnapshot(dirty);
+		scan = table_beginscan(rel, &dirty, 0, NULL);
+		slot = table_slot_create(rel, NULL);
+		while (!found && att != InvalidAttrNumber &&
+			   table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		{
+			bool		isnull;
+			Datum		d = slot_getattr(slot, att, &isnull);
+
+			found = !isnull && DatumGetBool(DirectFunctionCall2(uuid_eq, d, id));
+		}
+		ExecDropSingleTupleTableSlot(slot);
+		table_endscan(scan);
+		table_close(rel, NoLock);
+		if (found)
+			return relid;
+	}
+	return InvalidOid;
 }
 
 /*
