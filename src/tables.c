@@ -528,6 +528,8 @@ pgq_write_job_row(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
 	return pgq_write_row(w, id, pgq_find_job, check, build, arg, changes, nchanges);
 }
 
+static Oid pgq_job_row_scan(Datum id);
+
 /*
  * A call holds the work_queue row of job id (locked, or deleted) and did
  * not find the job row in the slots of pgqueue.queue, those made since
@@ -535,12 +537,11 @@ pgq_write_job_row(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
  * every other API call from removing the job meanwhile, so it was removed
  * behind the API's back, and the caller may go on as for a job that is
  * gone (a claim deletes the orphan work_queue row).  Unless the parent,
- * read by SQL (every partition the catalog has, not the slots of a view),
- * still has it: then the call fails, rather than take a job for gone on
- * the word of its slots and leave it scheduled without a work_queue row.
+ * read by SQL (every partition of its plan, not the slots of a view), or
+ * else every partition the catalog lists, read whole, still has it: then
+ * the call fails, rather than take a job for gone on the word of its
+ * slots and leave it scheduled without a work_queue row.
  */
-static Oid pgq_job_row_scan(Datum id);
-
 void
 pgq_job_row_missing(Datum id)
 {
