@@ -44,41 +44,39 @@ $s[0]->query_safe("BEGIN; LOCK TABLE $tbl IN ROW EXCLUSIVE MODE");
 
 my ($from, $to) = turn_work_ring($node, 'a');
 is($from, $slot, "the ring turned from slot $slot to slot $to");
+is(q1("SELECT count(*) FROM $tbl"), '0', "slot $slot is empty (its jobs acked)");
+
+# --- a locker from before: not drained while it is open ----------------------
+my $looks = counter($node, 'postgres', 'scheduler_passes');
+my $states = '';
+for (1 .. 30)
 {
-	is(q1("SELECT count(*) FROM $tbl"), '0', "slot $slot is empty (its jobs acked)");
-
-	# --- a locker from before: not drained while it is open ----------------------
-	my $looks = counter($node, 'postgres', 'scheduler_passes');
-	my $states = '';
-	for (1 .. 30)
-	{
-		$states .= ' ' . slot_state($node, 'work_queue', $slot);
-		usleep(100_000);
-	}
-	cmp_ok(counter($node, 'postgres', 'scheduler_passes') - $looks, '>', 5,
-		'the scheduler ran passes (and looked at the ring) meanwhile');
-	unlike($states, qr/drained|free/,
-		"slot $slot stays live while a transaction that locked it before the turn is open");
-
-	# --- a relay of lockers: drained all the same ---------------------------------
-	my $cur = 0;
-	my $relays = 0;
-	my $state = 'live';
-	for my $i (1 .. 40)
-	{
-		my $next = ($cur + 1) % 3;
-		$s[$next]->query_safe("BEGIN; LOCK TABLE $tbl IN ROW EXCLUSIVE MODE");
-		$s[$cur]->query_safe('COMMIT');
-		$relays++;
-		$cur = $next;
-		usleep(300_000);
-		$state = slot_state($node, 'work_queue', $slot);
-		last if $state ne 'live';
-	}
-	like($state, qr/^(drained|free)$/,
-		"slot $slot drained while a lock on it was held at every moment ($relays relays)");
-	$s[$cur]->query_safe('COMMIT');
+	$states .= ' ' . slot_state($node, 'work_queue', $slot);
+	usleep(100_000);
 }
+cmp_ok(counter($node, 'postgres', 'scheduler_passes') - $looks, '>', 5,
+	'the scheduler ran passes (and looked at the ring) meanwhile');
+unlike($states, qr/drained|free/,
+	"slot $slot stays live while a transaction that locked it before the turn is open");
+
+# --- a relay of lockers: drained all the same ---------------------------------
+my $cur = 0;
+my $relays = 0;
+my $state = 'live';
+for my $i (1 .. 40)
+{
+	my $next = ($cur + 1) % 3;
+	$s[$next]->query_safe("BEGIN; LOCK TABLE $tbl IN ROW EXCLUSIVE MODE");
+	$s[$cur]->query_safe('COMMIT');
+	$relays++;
+	$cur = $next;
+	usleep(300_000);
+	$state = slot_state($node, 'work_queue', $slot);
+	last if $state ne 'live';
+}
+like($state, qr/^(drained|free)$/,
+	"slot $slot drained while a lock on it was held at every moment ($relays relays)");
+$s[$cur]->query_safe('COMMIT');
 $_->quit for @s;
 
 is(lost_jobs($node), '', 'no job scheduled without its work_queue row');
