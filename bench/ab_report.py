@@ -27,7 +27,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402  (fmt, median, metric labels, workload descriptions)
 
-BUDGET = 0.05          # issue 29: the fixes must not cost more than 5 %
+BUDGET = 0.05          # a change must not cost more than 5 %
 MIN_ROUNDS = 3         # fewer rounds: ratios are shown, nothing is claimed
 
 # Figures shown per workload, in this order (metric keys of driver.py, plus
@@ -267,7 +267,7 @@ def render(meta, runs):
           "and highest B ÷ A of single rounds. A difference is claimed only with at least %d rounds, when "
           "every round's ratio is on the same side of 1 and the difference is larger than half the range; "
           "else the table says none shown, whatever the medians' ratio. \"Within 5 %% in every round\": no "
-          "round had B more than 5 %% worse than A in the same round (issue 29's budget); \"not resolved\": "
+          "round had B more than 5 %% worse than A in the same round (the 5 %% budget); \"not resolved\": "
           "the spread is too wide to say, more rounds are needed." % MIN_ROUNDS, ""]
 
     # ---- summary
