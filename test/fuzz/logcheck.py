@@ -125,6 +125,11 @@ PG_INTERNAL = [
     # meets the nested container; sqlsmith passed a pgq_stats() wrapper's
     # jsonb as the flags)
     r'^unexpected end of flag array',
+    # pg_describe_object(), pg_identify_object() and the like called with
+    # a class OID other than pg_class and a non-zero sub-id (dependency.c
+    # getObjectClass; pgqueue calls none of them: sqlsmith passed random
+    # integers, among them columns of the fz_ wrappers)
+    r'^invalid non-zero objectSubId for object class ',
 ]
 # pgqueue's code: any function named pgq_*, or one of its source files
 # whose name PostgreSQL does not use itself (worker.c and shmem.c it does)

@@ -45,6 +45,13 @@ CASES = [
            'lo_import_internal, be-fsstubs.c:422',
            'select\n  ref_0.acked as c2\nfrom\n  public.fz_counters as ref_0\n'
            'where pg_catalog.lo_import(cast(ref_0.queue as text)) is null')),
+    ('reviewed PostgreSQL-internal error of a catalog function given a random sub-id, with a fz_ view', 0,
+     entry(22, 'smith', 'XX000', 'ERROR', 'invalid non-zero objectSubId for object class 0',
+           'getObjectClass, dependency.c:3040',
+           'select\n  pg_catalog.pg_describe_object(0, 0, ref_0.batch_order)\nfrom\n  public.fz_held as ref_0')),
+    ('the same message raised in pgqueue\'s code (fails)', 1,
+     entry(23, 'smith', 'XX000', 'ERROR', 'invalid non-zero objectSubId for object class 0',
+           'pgq_claim, claim.c:700', 'select * from pgq_claim(\'w\', 1)')),
     ('unreviewed PostgreSQL-internal error, statement without pgqueue: REVIEW, not a failure', 0,
      entry(12, 'smith', 'XX000', 'ERROR', 'some new elog', 'foo, bar.c:12',
            'select\n  pg_catalog.baz(1)\nfrom pg_class')),
