@@ -345,6 +345,8 @@ extern PgqTable *pgq_find_job(PgqWrite *w, Datum id);
 extern bool pgq_write_job_row(PgqWrite *w, Datum id, PgqRowCheck check, PgqRowBuild build,
 							  void *arg, const PgqCol *changes, int nchanges);
 extern void pgq_job_row_missing(Datum id);
+typedef bool (*PgqRowMatch) (Relation rel, TupleTableSlot *slot, void *arg);
+extern int	pgq_rel_rows(Oid relid, Snapshot snap, PgqRowMatch match, void *arg, int max);
 extern bool pgq_delete_found(PgqWrite *w, PgqTable *t, PgqRowCheck check, void *arg);
 extern bool pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
 							 PgqRowBuild build, void *arg);

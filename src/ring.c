@@ -509,56 +509,27 @@ pgq_ring_view(Oid nsp, const char *name, PgqRingView *v)
 
 /*
  * The rows of relid that some transaction may still see as live, counted
- * up to max + 1: row versions whose insert committed or is in progress and
- * whose delete is not committed (SnapshotDirty).  0: the slot is empty.
+ * up to max + 1 (SnapshotDirty: pgq_rel_rows).  0: the slot is empty.
  */
 static int
 slot_rows(Oid relid, int max)
 {
-	Relation	rel = table_open(relid, AccessShareLock);
-	SnapshotData dirty;
-	TableScanDesc scan;
-	TupleTableSlot *slot;
-	int			n = 0;
-
-	InitDirtySnapshot(dirty);
-	scan = table_beginscan(rel, &dirty, 0, NULL);
-	slot = table_slot_create(rel, NULL);
-	while (n <= max && table_scan_getnextslot(scan, ForwardScanDirection, slot))
-		n++;
-	ExecDropSingleTupleTableSlot(slot);
-	table_endscan(scan);
-	table_close(rel, NoLock);
-	return n;
+	return pgq_rel_rows(relid, NULL, NULL, NULL, max);
 }
 
 /*
  * Whether live slot relid is empty for good, once every transaction that
  * may still insert into it has ended (lockers_over), without a lock that
- * keeps others from updating its rows meanwhile.  The SnapshotDirty scan
- * of slot_rows can miss a row that such an update moves behind it (to a
- * page it passed, or one added after it began) and commits before it
- * reaches the old version; a snapshot taken before it still sees that old
- * version, in place (not pruned while this transaction's xmin holds it):
- * empty when neither finds a row.
+ * keeps others from updating its rows meanwhile: the dirty scan alone can
+ * miss a row that such an update moves behind it, a snapshot taken before
+ * it still sees the old version (pgq_rel_rows).
  */
 static bool
 slot_settled_empty(Oid relid)
 {
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	bool		empty = (slot_rows(relid, 0) == 0);
+	bool		empty = (pgq_rel_rows(relid, snap, NULL, NULL, 0) == 0);
 
-	if (empty)
-	{
-		Relation	rel = table_open(relid, AccessShareLock);
-		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
-		TupleTableSlot *slot = table_slot_create(rel, NULL);
-
-		empty = !table_scan_getnextslot(scan, ForwardScanDirection, slot);
-		ExecDropSingleTupleTableSlot(slot);
-		table_endscan(scan);
-		table_close(rel, NoLock);
-	}
 	UnregisterSnapshot(snap);
 	return empty;
 }

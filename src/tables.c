@@ -583,47 +583,97 @@ pgq_job_row_missing(Datum id)
 }
 
 /*
+ * The rows of relid that match (every row when match is NULL), counted up
+ * to max + 1, read whole: first with SnapshotDirty (row versions whose
+ * insert committed or is in progress and whose delete is not committed),
+ * then, when that found none and snap is given, with snap.  A dirty scan
+ * alone can miss a row that an update moves behind it (to a page it
+ * passed, one added after it began, or a partition read before) and
+ * commits before the scan reaches the old version; a snapshot registered
+ * before the first scan began still sees that old version, in place (not
+ * pruned while the snapshot holds this backend's xmin).
+ */
+int
+pgq_rel_rows(Oid relid, Snapshot snap, PgqRowMatch match, void *arg, int max)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	SnapshotData dirty;
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	int			n = 0;
+
+	InitDirtySnapshot(dirty);
+	for (int pass = 0; pass < 2 && n == 0; pass++)
+	{
+		TableScanDesc scan;
+
+		if (pass == 1 && snap == NULL)
+			break;
+		scan = table_beginscan(rel, pass == 0 ? &dirty : snap, 0, NULL);
+		while (n <= max && table_scan_getnextslot(scan, ForwardScanDirection, slot))
+			if (match == NULL || match(rel, slot, arg))
+				n++;
+		table_endscan(scan);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, NoLock);
+	return n;
+}
+
+/* pgq_rel_rows' match for pgq_job_row_scan: the row of a job */
+typedef struct PgqJobMatch
+{
+	Datum		id;
+	Oid			relid;			/* the relation att was looked up for */
+	AttrNumber	att;			/* its column "id" */
+} PgqJobMatch;
+
+static bool
+pgq_row_is_job(Relation rel, TupleTableSlot *slot, void *arg)
+{
+	PgqJobMatch *m = (PgqJobMatch *) arg;
+	bool		isnull;
+	Datum		d;
+
+	if (m->relid != RelationGetRelid(rel))
+	{
+		m->relid = RelationGetRelid(rel);
+		m->att = get_attnum(m->relid, "id");
+	}
+	if (m->att == InvalidAttrNumber)
+		return false;
+	d = slot_getattr(slot, m->att, &isnull);
+	return !isnull && DatumGetBool(DirectFunctionCall2(uuid_eq, d, m->id));
+}
+
+/*
  * The partition of pgqueue.queue (or the table, in 1.0) that holds a row
- * of job id that some transaction may still see (SnapshotDirty), read
- * whole, in the partitions the catalog lists now; InvalidOid when none.
+ * of job id that some transaction may still see, read whole, in the
+ * partitions the catalog lists now (pgq_rel_rows, with a snapshot taken
+ * before the first of them: a move between two partitions cannot slip
+ * between their scans); InvalidOid when none.
  */
 static Oid
 pgq_job_row_scan(Datum id)
 {
 	Oid			parent = pgq_relid(get_namespace_oid("pgqueue", false), "queue");
 	List	   *rels = list_make1_oid(parent);
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	PgqJobMatch m = {id, InvalidOid, InvalidAttrNumber};
+	Oid			found = InvalidOid;
 	ListCell   *lc;
 
 	if (get_rel_relkind(parent) == RELKIND_PARTITIONED_TABLE)
 		rels = find_inheritance_children(parent, AccessShareLock);
 	foreach(lc, rels)
 	{
-		Oid			relid = lfirst_oid(lc);
-		Relation	rel = table_open(relid, AccessShareLock);
-		AttrNumber	att = get_attnum(relid, "id");
-		SnapshotData dirty;
-		TableScanDesc scan;
-		TupleTableSlot *slot;
-		bool		found = false;
-
-		InitDirtySnapshot(dirty);
-		scan = table_beginscan(rel, &dirty, 0, NULL);
-		slot = table_slot_create(rel, NULL);
-		while (!found && att != InvalidAttrNumber &&
-			   table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		if (pgq_rel_rows(lfirst_oid(lc), snap, pgq_row_is_job, &m, 0) > 0)
 		{
-			bool		isnull;
-			Datum		d = slot_getattr(slot, att, &isnull);
-
-			found = !isnull && DatumGetBool(DirectFunctionCall2(uuid_eq, d, id));
+			found = lfirst_oid(lc);
+			break;
 		}
-		ExecDropSingleTupleTableSlot(slot);
-		table_endscan(scan);
-		table_close(rel, NoLock);
-		if (found)
-			return relid;
 	}
-	return InvalidOid;
+	UnregisterSnapshot(snap);
+	return found;
 }
 
 /*
