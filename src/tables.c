@@ -662,6 +662,8 @@ pgq_job_row_scan(Datum id)
 	Oid			found = InvalidOid;
 	ListCell   *lc;
 
+	/* "now": the catalog read with a snapshot no older than snap */
+	InvalidateCatalogSnapshot();
 	if (get_rel_relkind(parent) == RELKIND_PARTITIONED_TABLE)
 		rels = find_inheritance_children(parent, AccessShareLock);
 	foreach(lc, rels)
