@@ -12,8 +12,9 @@
 # clean` working, `demo.sh stop` twice (both say it is stopped).  Then, as a
 # user with sudo (installed for this part): the demo again, `demo.sh stop`,
 # `KEEP_TEST_DIR=1 bash scripts/test.sh regress` (the setting must reach the
-# root run), and README's install lines for the client libraries and the
-# dashboard, in a copy of the checkout.
+# root run), and the install lines of the client libraries
+# (docs/clients.md, "Install") and of the dashboard (docs/operations.md,
+# "Dashboard"), in a copy of the checkout.
 #
 #   bash scripts/fresh-machine.sh            # as root (or through sudo): it chroots and mounts
 #   FRESH_KINDS="regress clients" bash scripts/fresh-machine.sh   # test.sh KINDS
@@ -260,11 +261,12 @@ if [ "${FRESH_SUDO:-1}" != 0 ]; then
 	check "$(verdict test "$rc" = 0)" "user: 'KEEP_TEST_DIR=1 bash scripts/test.sh regress' exits 0: $(grep -E '^[0-9]+ passed' "$LOGS/test-user-keep.log")"
 	check "$(verdict test -n "$kept" -a -d "$ROOT$kept")" "user: ... and keeps its directory ($kept)"
 	[ -n "$kept" ] && rm -rf "${ROOT:?}$kept"
-	# README's install lines for the libraries and the dashboard, in a copy of
-	# the checkout (they write venv/, node_modules/, package.json); apt-get's
+	# the install lines of the libraries (the sh block of docs/clients.md's
+	# "Install") and of the dashboard (docs/operations.md), in a copy of the
+	# checkout (they write venv/, node_modules/, package.json); apt-get's
 	# question, if it has one, is answered yes
-	clients=$(awk '/^### Install/ { s = 1 } s && /^```sh/ { b = 1; next } b && /^```/ { exit } b' "$SRC/README.md")
-	dashboard=$(grep -E '^npm ci .*--prefix dashboard' "$SRC/README.md" | sed 's/[ \t]*#.*//')
+	clients=$(awk '/^## Install$/ { s = 1 } s && /^```sh/ { b = 1; next } b && /^```/ { exit } b' "$SRC/docs/clients.md")
+	dashboard=$(grep -E '^npm ci .*--prefix dashboard' "$SRC/docs/operations.md" | sed 's/[ \t]*#.*//')
 	in_root runuser -u user -- cp -a "$CHECKOUT" /home/user/app
 	timed clients-user in_root runuser -u user -- bash -ec "cd /home/user/app
 $clients
@@ -273,7 +275,7 @@ venv/bin/python -c 'import pgqueue, psycopg; print(\"python: pgqueue imports\")'
 node -e 'import(\"pgqueue\").then(m => console.log(\"node: pgqueue exports\", Object.keys(m).join(\" \")))'
 node -e 'require(\"./dashboard/node_modules/pg\"); console.log(\"dashboard: pg installed\")'" < <(yes)
 	rc=$?
-	check "$(verdict test "$rc" = 0)" "user: README's install lines of the client libraries and the dashboard work"
+	check "$(verdict test "$rc" = 0)" "user: the documented install lines of the client libraries and the dashboard work"
 	tail -n 3 "$LOGS/clients-user.log"
 fi
 
