@@ -87,7 +87,7 @@ valgrind:
 # client libraries, dashboard and packaging.  The version is META.json's,
 # which scripts/check-meta.py checks against the PGXN meta spec first.
 DIST_VERSION = $(shell sed -n 's/^   "version": "\(.*\)",$$/\1/p' $(srcdir)/META.json)
-DIST_PATHS = META.json README.md CHANGELOG.md LICENSE Makefile pgqueue.control \
+DIST_PATHS = META.json README.md docs CHANGELOG.md LICENSE Makefile pgqueue.control \
 	$(DATA) src sql expected specs t test scripts
 .PHONY: dist
 dist:
