@@ -66,7 +66,7 @@ endif
 # every object includes the shared headers (PGXS tracks no dependencies)
 $(OBJS): src/pgqueue.h src/shmem.h src/pgq_compat.h
 
-# Reliability checks (README.md, "Reliability testing"); none is part of
+# Reliability checks (docs/internals.md, "Reliability testing"); none is part of
 # installcheck.  Sanitizers: PGXS takes extra flags from the environment or
 # the command line, e.g.
 #   make PG_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -g" \

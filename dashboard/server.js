@@ -7,7 +7,7 @@
  *
  * It reads with the role it connects as and acts only through the pgqueue
  * API functions (pgq_retry, pgq_retry_failed, pgq_cancel, pgq_purge,
- * pgq_configure).  See README.md, "Dashboard", for the roles and options.
+ * pgq_configure).  See docs/operations.md, "Dashboard", for the roles and options.
  */
 const http = require('node:http');
 const fs = require('node:fs');

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Checks the relative links of the project's Markdown pages.
 
-For every [text](path#anchor) in README.md, docs/*.md and bench/*.md (or
-the files named as arguments): the path must exist, relative to the page,
-and the anchor, when there is one, must be the GitHub slug of a heading of
-the page it names.  Links with a scheme (http:, mailto:) are not checked.
+For every [text](path#anchor) and ![image](path) in README.md, docs/*.md
+and bench/*.md (or the files named as arguments): the path must exist,
+relative to the page, and the anchor, when there is one, must be the GitHub
+slug of a heading of the page it names.  Links with a scheme (http:, mailto:) are not checked.
 Prints each broken link and ends with "N links, N broken"; exits 1 when
 one is broken.
 
@@ -15,7 +15,7 @@ import os
 import re
 import sys
 
-LINK = re.compile(r'(?<!!)\[[^\]]*\]\(([^)\s]+)\)')
+LINK = re.compile(r'!?\[[^\]]*\]\(([^)\s]+)\)')
 
 
 def slug(heading):

@@ -1,5 +1,5 @@
 # Periodic jobs from pg_cron (Debian's postgresql-15-cron) on a real server
-# that preloads pg_cron and pgqueue: the README's recipe, scheduled twice
+# that preloads pg_cron and pgqueue: the recipe of docs/user-guide.md ("Periodic jobs with pg_cron"), scheduled twice
 # (the same period fires twice), pushes one job for the minute; pgqueue's
 # scheduler and a worker run it; the period firing again after the job was
 # acked pushes nothing either.  (Periods in general, one job per period

@@ -2,7 +2,7 @@
 # transaction stalls every scheduling pass and stops the straggler moves of
 # the whole ring.
 #
-# README: the upkeep "waits at most 100 ms for any lock: a session that
+# docs/internals.md: the upkeep "waits at most 100 ms for any lock: a session that
 # reads or locks a slot never stalls it".  The straggler move (ring.c,
 # ring_move) is an UPDATE of each old slot's rows through the parent, in
 # the short transaction of the rings' look that runs before a pass, every

@@ -12,7 +12,7 @@
 #   DASHBOARD_TEST_PORT  first of four ports it uses (default 5910)
 #   DASHBOARD_BIG_JOBS   jobs in the queue whose page load is measured
 #                        (default 1000000)
-#   DASHBOARD_SCREENSHOT where to copy the screenshot it takes (README's is
+#   DASHBOARD_SCREENSHOT where to copy the screenshot it takes (docs/operations.md's is
 #                        dashboard/screenshot.png)
 set -uo pipefail
 

@@ -140,7 +140,7 @@ async function waitFor(fn, what, ms = 10000) {
  */
 async function seed() {
 	await sql(`CREATE EXTENSION pgqueue`);
-	// the roles the README documents (Dashboard, "Roles")
+	// the roles docs/operations.md documents (Dashboard, "Roles")
 	await sql(`CREATE ROLE dash_admin LOGIN IN ROLE pgqueue_admin`);
 	await sql(`CREATE ROLE dash_ro LOGIN`);
 	await sql(`GRANT USAGE ON SCHEMA pgqueue TO dash_ro`);
@@ -640,7 +640,7 @@ test(`page loads with ${BIG.toLocaleString('en-US')} jobs in one queue (printed,
 	                         ORDER BY -(priority::bigint), run_after, id LIMIT 50`, [key.a, key.b, key.c])).map((r) => r.id);
 	assert.deepEqual(ids, want);
 
-	// the screenshot of README's Dashboard section, with some work going on
+	// the screenshot of the Dashboard section of docs/operations.md, with some work going on
 	// (jobs/s): reports gets jobs pushed, claimed and acked for 3 seconds
 	await page.goto(`${admin.base}/`);
 	for (let until = Date.now() + 3000; Date.now() < until;) {

@@ -34,7 +34,7 @@ from psycopg import errors as E
 
 # SQLSTATEs a call may end with, and why.
 ACCEPTED = {
-    # pgqueue's documented bad-input classes (README "Limits and errors")
+    # pgqueue's documented bad-input classes (docs/sql-reference.md, "Limits and errors")
     '22004': 'required argument NULL',
     '22023': 'value out of range',
     '2202E': 'multi-dimensional array',
