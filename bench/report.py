@@ -28,7 +28,7 @@ METRICS = {
     "dead_tuples": ("dead tuples at end of hold", False, True),
     "size_mb": ("table+index MB at end of hold", False, True),
     "dead_exact": ("dead tuples at end of hold, exact (pgstattuple)", False, True),
-    # (f)'s control: the same load, no snapshot held, measured over the same windows
+    # the held-back VACUUM workload's control: the same load, no snapshot held, measured over the same windows
     "ctl_before_jobs_per_s": ("before (same window), jobs/s", True, True),
     "ctl_hold_first_jobs_per_s": ("the hold's first {w} s window, jobs/s", True, True),
     "ctl_hold_last_jobs_per_s": ("the hold's last {w} s window, jobs/s", True, True),
@@ -40,7 +40,7 @@ METRICS = {
     "kept_first": ("hold first {w} s ÷ no hold, same window", True, True),
     "kept_last": ("hold last {w} s ÷ no hold, same window", True, True),
     "kept_after": ("after the hold ({a} s) ÷ no hold, same window", True, True),
-    # (g) many tenants
+    # many tenants
     "sched_jobs_per_cpu_s": ("jobs scheduled per s of scheduler CPU", True, True),
     "sched_cpu_us_per_job": ("scheduler CPU us per job", False, True),
     "wall_s": ("wall s until all in work_queue", False, True),
@@ -56,13 +56,24 @@ def info(m):
 
 
 TITLES = {
-    "a": "(a) Steady state",
-    "b": "(b) Drain",
-    "c": "(c) Push-commit to claimed latency at low load",
-    "d": "(d) Single claim+ack latency on a backlog",
-    "e": "(e) Batches",
-    "f": "(f) Steady state while a REPEATABLE READ snapshot is held open",
-    "g": "(g) Many tenants: scheduling 10,000 small queues and one big one",
+    "a": "Steady state (workload a)",
+    "b": "Drain (workload b)",
+    "c": "Push-commit to claimed latency at low load (workload c)",
+    "d": "Single claim+ack latency on a backlog (workload d)",
+    "e": "Batches (workload e)",
+    "f": "Held-back VACUUM: the steady state while a REPEATABLE READ snapshot is held open (workload f)",
+    "g": "Many tenants: scheduling 10,000 small queues and one big one (workload g)",
+}
+
+# Each workload by what it measures, where a line names it in passing.
+SHORT = {
+    "a": "steady state",
+    "b": "drain",
+    "c": "push-to-claim latency",
+    "d": "claim+ack latency",
+    "e": "batches",
+    "f": "held-back VACUUM",
+    "g": "many tenants",
 }
 
 
@@ -98,7 +109,7 @@ def describe(w, conf, meta):
                 "producers push 100 jobs per transaction for %d s (the schedulers of sys3 and pgqueue "
                 "run meanwhile); jobs counted from the table." % (c["jobs"], k, p, c["push_duration"]))
     if w == "f":
-        return ("As (a), for %d s of warm-up, then another session opens a REPEATABLE READ transaction, "
+        return ("As the steady state, for %d s of warm-up, then another session opens a REPEATABLE READ transaction, "
                 "takes its snapshot with a SELECT and holds it for %d s, then commits; the load goes on "
                 "for %d s more. Throughput over windows from samples, every 0.5 s, of the deletes from the job "
                 "table; dead tuples (pg_stat_user_tables.n_dead_tup, an estimate, and an exact count of "
@@ -248,8 +259,8 @@ def case_table(case, by_sys, conf, lines, summary, workload):
 
 
 def hold_extra(cases, a_medians, conf, lines, summary):
-    """(f): the hold against the control run (same load, same windows, no
-    snapshot held) and against the normal steady state of (a)."""
+    """The held-back VACUUM workload: the hold against the control run (same
+    load, same windows, no snapshot held) and against the normal steady state."""
     w = conf.get("f", {}).get("window", 20)
     hold_case = next((k for k in cases if k.startswith("snapshot held")), None)
     ctl_case = next((k for k in cases if k.startswith("no snapshot held")), None)
@@ -287,9 +298,9 @@ def hold_extra(cases, a_medians, conf, lines, summary):
                             {s: kept[s][name] for s in kept}))
     if not any(a_medians.get(s) for s in held):
         return
-    lines.append("Throughput during the hold compared with the normal steady state of (a) (medians):")
+    lines.append("Throughput during the hold compared with the normal steady state (medians):")
     lines.append("")
-    lines.append("| system | (a) normal jobs/s | hold first %d s ÷ (a) | hold last %d s ÷ (a) | after ÷ (a) |" % (w, w))
+    lines.append("| system | steady state jobs/s | hold first %d s ÷ steady | hold last %d s ÷ steady | after ÷ steady |" % (w, w))
     lines.append("|---|---|---|---|---|")
     for s in ORDER:
         if s not in held:
@@ -339,7 +350,7 @@ def cpu_tables(grouped, lines):
                           "CPU is what their \"scheduler\" column holds besides sys3's own loop (under 1 µs "
                           "per job), and it is in their totals.", ""]
                 any_cpu = True
-            lines += ["### (%s) %s" % (w, case), ""]
+            lines += ["### %s (workload %s)" % (case, w), ""]
             lines.append("| system | " + " | ".join(CPU_CLASSES) + " | rounds | jobs in window | window s |")
             lines.append("|---|" + "---|" * (len(CPU_CLASSES) + 3))
             for s, vals, n, jobs, win in rows:
@@ -349,7 +360,7 @@ def cpu_tables(grouped, lines):
 
 
 def f_windows(grouped):
-    """(f): per round, each hold window / the same window of that round's
+    """The held-back VACUUM workload: per round, each hold window / the same window of that round's
     control; {system: {"per_window": [median over rounds], "rounds": n}}."""
     cases = grouped.get("f", {})
     hold_case = next((k for k in cases if k.startswith("snapshot held")), None)
@@ -401,7 +412,7 @@ def f_window_table(fw, conf, lines):
 
 
 def g_summary(grouped):
-    """(g): many-tenant case against the baseline, medians over rounds."""
+    """Many tenants: the many-tenant case against the baseline, medians over rounds."""
     cases = grouped.get("g", {})
     base = next((k for k in cases if "baseline" in k), None)
     many = next((k for k in cases if "baseline" not in k), None)
@@ -422,7 +433,7 @@ def g_summary(grouped):
 
 
 def goals(grouped, meta):
-    """The goals of issue 13, each with its measured figure."""
+    """The performance goals, each with its measured figure."""
     def med(w, case_prefix, s, m):
         for case, by_sys in grouped.get(w, {}).items():
             if case.startswith(case_prefix):
@@ -452,58 +463,58 @@ def goals(grouped, meta):
 
     a4, a1, a2 = (med("a", "steady", s, "jobs_per_s") for s in ("sys4", "sys1", "sys2"))
     n = nrounds("a", "steady", "sys4")
-    cmp_ratio("(a) steady, single calls: pgqueue ÷ sys1 jobs/s", a4, a1, 1.0, note="%d rounds" % n)
-    cmp_ratio("(a) steady, single calls: pgqueue ÷ sys2 jobs/s", a4, a2, 0.8, note="%d rounds" % n)
+    cmp_ratio("steady state, single calls: pgqueue ÷ sys1 jobs/s", a4, a1, 1.0, note="%d rounds" % n)
+    cmp_ratio("steady state, single calls: pgqueue ÷ sys2 jobs/s", a4, a2, 0.8, note="%d rounds" % n)
     b4, b1 = med("b", "drain", "sys4", "jobs_per_s"), med("b", "drain", "sys1", "jobs_per_s")
-    cmp_ratio("(b) drain, single calls: pgqueue ÷ sys1 jobs/s", b4, b1, 1.1,
+    cmp_ratio("drain, single calls: pgqueue ÷ sys1 jobs/s", b4, b1, 1.1,
               note="%d rounds" % nrounds("b", "drain", "sys4"))
     e100 = med("e", "claim 100", "sys4", "jobs_per_s")
     row("batches: claim 100 + ack_batch, pgqueue jobs/s", "≥ 50,000", fmt(e100),
-        None if e100 is None else e100 >= 50000, "(e), %d rounds" % nrounds("e", "claim 100", "sys4"))
+        None if e100 is None else e100 >= 50000, "batches, %d rounds" % nrounds("e", "claim 100", "sys4"))
     e10 = med("e", "claim 10", "sys4", "jobs_per_s")
-    cmp_ratio("batches: claim 10 + ack_batch ÷ sys1 single calls (drain (b))", e10, b1, 6.0,
-              note="(e) ÷ (b), %d rounds" % nrounds("e", "claim 10", "sys4"))
+    cmp_ratio("batches: claim 10 + ack_batch ÷ sys1 single calls (the drain)", e10, b1, 6.0,
+              note="batches ÷ drain, %d rounds" % nrounds("e", "claim 10", "sys4"))
     c50, c99 = med("c", "push to claim", "sys4", "p50_ms"), med("c", "push to claim", "sys4", "p99_ms")
     nc = nrounds("c", "push to claim", "sys4")
-    row("(c) push-commit to claimed, blocking claim: p50", "≤ 1 ms", "-" if c50 is None else "%s ms" % fmt(c50),
+    row("push-commit to claimed, blocking claim: p50", "≤ 1 ms", "-" if c50 is None else "%s ms" % fmt(c50),
         None if c50 is None else c50 <= 1.0, "%d rounds" % nc)
-    row("(c) push-commit to claimed, blocking claim: p99", "≤ 5 ms", "-" if c99 is None else "%s ms" % fmt(c99),
+    row("push-commit to claimed, blocking claim: p99", "≤ 5 ms", "-" if c99 is None else "%s ms" % fmt(c99),
         None if c99 is None else c99 <= 5.0, "%d rounds" % nc)
     d1k = med("d", "backlog 1k", "sys4", "p50_ms")
     d1m = med("d", "backlog 1M", "sys4", "p50_ms")
     dinf = next((med("d", k, "sys4", "p50_ms") for k in grouped.get("d", {}) if "in flight" in k), None)
     ninf = next((nrounds("d", k, "sys4") for k in grouped.get("d", {}) if "in flight" in k), 0)
-    cmp_ratio("(d) claim+ack p50, 1M backlog ÷ 1k backlog", d1m, d1k, 1.2, minimum=False,
+    cmp_ratio("claim+ack p50, 1M backlog ÷ 1k backlog", d1m, d1k, 1.2, minimum=False,
               note="%d / %d rounds" % (nrounds("d", "backlog 1M", "sys4"), nrounds("d", "backlog 1k", "sys4")))
-    cmp_ratio("(d) claim+ack p50, 10k in flight (on 100k) ÷ 1k backlog", dinf, d1k, 1.2, minimum=False,
+    cmp_ratio("claim+ack p50, 10k in flight (on 100k) ÷ 1k backlog", dinf, d1k, 1.2, minimum=False,
               note="%d / %d rounds" % (ninf, nrounds("d", "backlog 1k", "sys4")))
     fw = f_windows(grouped).get("sys4")
     if fw:
         low = min(x for x in fw["per_window"] if x is not None)
-        row("(f) every %d s window of the hold ÷ same window of control (pgqueue, lowest window's median)"
+        row("held-back VACUUM: every %d s window of the hold ÷ same window of control (pgqueue, lowest window's median)"
             % meta.get("conf", {}).get("f", {}).get("window", 20),
             "≥ 0.90", "%.3f (windows: %s)" % (low, ", ".join(fmt_ratio(x) for x in fw["per_window"])),
             low >= 0.9, "%d rounds" % fw["rounds"])
     else:
-        row("(f) every 20 s window of the hold ÷ same window of control", "≥ 0.90", "-", None)
+        row("held-back VACUUM: every 20 s window of the hold ÷ same window of control", "≥ 0.90", "-", None)
     for m, label in (("dead_tuples", "dead tuples"), ("dead_exact", "dead tuples, exact (pgstattuple)"),
                      ("size_mb", "table+index size")):
         h4 = med("f", "snapshot held", "sys4", m)
         h1 = med("f", "snapshot held", "sys1", m)
-        cmp_ratio("(f) %s at the end of the hold: pgqueue ÷ sys1" % label, h4, h1, 2.0, minimum=False,
+        cmp_ratio("held-back VACUUM: %s at the end of the hold: pgqueue ÷ sys1" % label, h4, h1, 2.0, minimum=False,
                   note="%d rounds" % nrounds("f", "snapshot held", "sys4"))
     g = g_summary(grouped)
     if g:
         for key, label in (("cost_ratio", "scheduler CPU per job"), ("claim_ratio", "claim p50")):
             r = g[key]
-            row("(g) many tenants ÷ 10 queues: %s" % label, "≤ 1.50x", "-" if r is None else "%.3fx" % r,
+            row("many tenants ÷ 10 queues: %s" % label, "≤ 1.50x", "-" if r is None else "%.3fx" % r,
                 None if r is None else r <= 1.5, "%d rounds" % g["rounds"])
-        row("(g) fairness: every small queue's first job before the big queue's 1,000th", "0 late queues",
+        row("many tenants, fairness: every small queue's first job before the big queue's 1,000th", "0 late queues",
             "late queues per round: %s" % ", ".join(str(x) for x in g["late"]), g["fair"],
             "%d rounds" % g["rounds"])
     else:
-        row("(g) many tenants", "≤ 1.50x, fairness", "-", None)
-    return ["## Goals (issue 13)", "",
+        row("many tenants", "≤ 1.50x, fairness", "-", None)
+    return ["## Performance goals", "",
             "Medians of the rounds of this run (the number of rounds is given), ratios to the systems of "
             "the same run; computed by report.py from RESULTS.jsonl, never edited by hand.", "",
             "| goal | target | measured | status | |", "|---|---|---|---|---|"] + rows + [""]
@@ -542,7 +553,7 @@ def render(meta, results):
         L.append("- Systems per workload: %s; any workload not listed: every system of the run. "
                  "The others were left out to fit the run in its time (the goals compare only these)"
                  % "; ".join(
-                     "(%s) %s" % (w, ", ".join(NAMES.get(k, k) for k in ks))
+                     "%s (workload %s): %s" % (SHORT.get(w, w), w, ", ".join(NAMES.get(k, k) for k in ks))
                      for w, ks in sorted(meta["wl_systems"].items())))
     L.append("")
     L += goals(group(results), meta)
@@ -618,7 +629,7 @@ def render(meta, results):
     if errors:
         L += ["## Failed runs", ""]
         for r in errors:
-            L.append("- %s (%s) %s, round %s: %s" % (NAMES.get(r["system"], r["system"]), r["workload"],
+            L.append("- %s, workload %s, %s, round %s: %s" % (NAMES.get(r["system"], r["system"]), r["workload"],
                                                      r["case"], r["round"], r["error"].splitlines()[0]))
         L.append("")
     return "\n".join(L) + "\n"
