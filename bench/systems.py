@@ -440,7 +440,7 @@ class Sys4(System):
 
 
 class Sys5(System):
-    """An experiment for issue 13 (f): sys1 on rotating, truncated partitions
+    """An experiment for the held-back VACUUM workload (f): sys1 on rotating, truncated partitions
     (bench/ROTATION.md).  Only the steady-state workloads (a) and (f)."""
     key = "sys5"
     title = ("EXPERIMENT: sys1's lease queue on a ring of LIST partitions, rotated every 5,000 jobs and "

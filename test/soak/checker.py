@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """
-The invariant checker of the soak (issue 15).  Reads the JSONL history that
+The invariant checker of the soak.  Reads the JSONL history that
 soak.py wrote (the events of the run and, at its end, the final state of the
 database) and checks, from it alone:
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """
-The soak's ring mode (issue 29): soak.py's producers, consumers, fault
+The soak's ring mode: soak.py's producers, consumers, fault
 injector and sampler, on a server whose rings of slots turn fast
 (pgqueue.slot_size = 64 kB, pgqueue.naptime = 50 ms: run.sh sets them),
 plus the workers that drive what a turn of the ring can break:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The soak with faults (issue 15): a private server with pgqueue preloaded,
+# The soak with faults: a private server with pgqueue preloaded,
 # soak.py's producers, consumers, fault injector and sampler for
 # SOAK_SECONDS, then checker.py over the history.  Installs nothing: it uses
 # the extension installed for PG_CONFIG.  Ends with
 # "soak: N passed, N failed".
 #
-# The ring mode (issue 29; argument "ring" or SOAK_MODE=ring): the same on a
+# The ring mode (argument "ring" or SOAK_MODE=ring): the same on a
 # server whose rings of slots turn fast (pgqueue.slot_size = 64 kB,
 # pgqueue.naptime = 50 ms), with ring.py's workers besides: filtered
 # blocking claims, calls in multi-statement and REPEATABLE READ

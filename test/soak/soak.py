@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """
-The soak with faults (issue 15): producers, consumers, a fault injector and a
+The soak with faults: producers, consumers, a fault injector and a
 sampler run against one server for --seconds, then the queues are drained and
 the final state of the database is appended to the history.  Every event goes
 to one JSONL file (--history), which checker.py reads; the checker needs
@@ -9,7 +9,7 @@ The drain ends when nothing is left, when only jobs 'scheduled' without a
 work_queue row (lost: no claim can take them) have been left for 10 s, or
 --drain-seconds after what is left last went down.
 
---mode ring adds the workers of ring.py (the ring mode, issue 29: see there;
+--mode ring adds the workers of ring.py (the ring mode: see there;
 run.sh sets up its server, standby and second database).
 
     /usr/bin/python3 soak.py --dsn 'host=... port=... dbname=soak' \
