@@ -55,7 +55,7 @@
  * a connecting scheduler waits for, and the launcher looks at the database
  * again once it is free (launcher.c).  After a RENAME or a DROP, the name
  * in pgqueue.database names no database: the launcher logs it once and
- * looks again every second (README: change pgqueue.database and restart).
+ * looks again every second (docs/operations.md: change pgqueue.database and restart).
  *
  *-------------------------------------------------------------------------
  */

@@ -42,7 +42,7 @@
 
 #include "pgq_compat.h"
 
-/* Limits on user input; documented in README.md. */
+/* Limits on user input; documented in docs/sql-reference.md ("Limits and errors"). */
 #define PGQ_MAX_NAME_BYTES		128		/* queue names */
 #define PGQ_MAX_KEY_BYTES		256		/* lock_key, dedup_key */
 #define PGQ_MAX_ITEMS			10000	/* max_items of claim/schedule */

@@ -124,7 +124,7 @@
  * a statement of its own that reads the slot took its locks on it before
  * its snapshot (the planner locks every partition), so the truncation
  * waits for it all the same (not so a statement in a STABLE function, run
- * on its caller's snapshot: README says so; pgq_stats is VOLATILE and
+ * on its caller's snapshot: docs/internals.md says so; pgq_stats is VOLATILE and
  * takes its own); but a pgqueue call opens slots after it took its
  * snapshot, and a backend with an old snapshot (a worker function
  * holding its statement's, a cursor) may make calls with new ones: the
@@ -605,7 +605,7 @@ note_waits(RingNotes *rn, int32 s)
  * hot_standby_feedback is at least the next xid when the slot was found
  * empty (a snapshot with such an xmin sees every delete of its rows
  * committed; retire.c).  Without hot_standby_feedback a standby reports
- * nothing: README says what its readers may see.
+ * nothing: docs/operations.md ("Hot standbys") says what its readers may see.
  */
 static bool
 waits_over(RingNotes *rn, int32 s)
