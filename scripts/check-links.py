@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks the relative links of the project's Markdown pages.
 
-For every [text](path#anchor) and ![image](path) in README.md, docs/*.md
-and bench/*.md (or the files named as arguments): the path must exist,
+For every [text](path#anchor) and ![image](path) in README.md,
+CHANGELOG.md, docs/*.md, bench/*.md and test/soak/*.md (or the files named as arguments): the path must exist,
 relative to the page, and the anchor, when there is one, must be the GitHub
 slug of a heading of the page it names.  Links with a scheme (http:, mailto:) are not checked.
 Prints each broken link and ends with "N links, N broken"; exits 1 when
@@ -80,5 +80,6 @@ def main(files):
 
 if __name__ == '__main__':
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-    files = sys.argv[1:] or (['README.md'] + sorted(glob.glob('docs/*.md')) + sorted(glob.glob('bench/*.md')))
+    files = sys.argv[1:] or (['README.md', 'CHANGELOG.md'] + sorted(glob.glob('docs/*.md')) +
+                             sorted(glob.glob('bench/*.md')) + sorted(glob.glob('test/soak/*.md')))
     sys.exit(main(files))

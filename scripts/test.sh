@@ -7,7 +7,7 @@
 # (dashboard/test/run.sh).
 #
 #   bash scripts/test.sh            # everything
-#   bash scripts/test.sh regress    # one kind: regress, compat, isolation, tap, upgrade, soak, fuzz, clients or dashboard
+#   bash scripts/test.sh regress    # one kind: docs, regress, compat, isolation, tap, upgrade, soak, fuzz, clients or dashboard
 #   bash scripts/test.sh matrix     # regress, compat, isolation and upgrade on PostgreSQL 15, 17 and 18,
 #       each in a Debian root of its own (scripts/matrix.sh: MATRIX_KINDS, MATRIX_MAJORS)
 #   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak: each mode 600 s (SOAK_PORTS, SOAK_SEED too)
@@ -34,7 +34,7 @@ as_root "$0" "$@"
 
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
-KINDS=${*:-regress compat isolation tap soak fuzz clients dashboard}
+KINDS=${*:-docs regress compat isolation tap soak fuzz clients dashboard}
 export DEBIAN_FRONTEND=noninteractive
 
 # matrix: the suites on each supported major, in roots of their own; it
@@ -75,6 +75,10 @@ esac
 # gdb holds the scheduler in a race window (t/025_ring_wake_after_turn.pl)
 case " $KINDS " in *" tap "*)
 	command -v gdb >/dev/null || need+=(gdb) ;;
+esac
+# the link check of the Markdown pages
+case " $KINDS " in *" docs "*)
+	command -v python3 >/dev/null || need+=(python3) ;;
 esac
 # the soak's and the fuzzer's drivers: Debian's psycopg 3, for /usr/bin/python3
 case " $KINDS " in *" soak "*|*" fuzz "*)
@@ -165,6 +169,16 @@ tap_quiet() {
 for kind in $KINDS; do
 	out="$WORK/$kind.out"
 	case $kind in
+	docs)
+		# the relative links of README.md, CHANGELOG.md, docs/, bench/
+		# (scripts/check-links.py): a file or heading that moved; read in
+		# the checkout (the copy leaves out results/ directories, and
+		# bench/results/ is linked)
+		log "docs (relative links of the Markdown pages)"
+		(cd "$SRC" && python3 scripts/check-links.py) >"$out" 2>&1
+		rc=$?
+		if [ "$rc" = 0 ]; then ok=1 bad=0; else ok=0 bad=1; fi
+		;;
 	regress)
 		log "pg_regress"
 		run_as_pg ISOLATION= TAP_TESTS= >"$out" 2>&1
@@ -261,7 +275,7 @@ for kind in $KINDS; do
 		bad=${bad:-0}
 		;;
 	*)
-		echo "unknown test kind: $kind (use regress, compat, isolation, tap, upgrade, soak, fuzz, clients, dashboard or matrix)"
+		echo "unknown test kind: $kind (use docs, regress, compat, isolation, tap, upgrade, soak, fuzz, clients, dashboard or matrix)"
 		echo "0 passed, 1 failed"
 		exit 2
 		;;
