@@ -1,5 +1,5 @@
 -- sys5: sys1's single-table lease queue on rotating partitions: an
--- EXPERIMENT for issue 13 (f), not a system users run.  It measures, with
+-- EXPERIMENT for the held-back-VACUUM workload (f), not a system users run.  It measures, with
 -- the simplest queue that has the mechanics, whether rotating and
 -- truncating partitions (as PgQ does its event tables) keeps a queue's dead
 -- tuples and size small, and its claims fast, while a REPEATABLE READ
