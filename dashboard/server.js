@@ -285,11 +285,29 @@ function createServer(opts) {
 
 	/* ---------------------------------------------------------- pages */
 
+	// retention as read (undefined: a database without the archive)
+	function keepsArchive(retention) {
+		return retention !== undefined && retention !== null && retention !== '00:00:00';
+	}
+
+	// The tab a queue's page opens on when the address names none: the
+	// first list, in the order of the tabs, that has jobs; the archive when
+	// only it may; else the pending jobs.
+	function firstListWithJobs(q, retention) {
+		if (q) {
+			const counts = [['pending', q.pending], ['retry', q.retry],
+				['scheduled', Number(q.unclaimed) + Number(q.expired)], ['running', q.running], ['failed', q.failed]];
+			const found = counts.find(([, n]) => Number(n) > 0);
+			if (found) return found[0];
+		}
+		return keepsArchive(retention) ? 'archive' : 'pending';
+	}
+
 	async function queuePage(req, res, ctx, name, query) {
 		const lists = ['pending', 'retry', 'scheduled', 'running', 'failed'];
 		if (ctx.features.archive) lists.push('archive');
-		const list = query.get('list') || 'pending';
-		if (!lists.includes(list)) throw new Q.BadRequest('unknown list');
+		let list = query.get('list');
+		if (list !== null && !lists.includes(list)) throw new Q.BadRequest('unknown list');
 		let limit = opts.pageSize;
 		if (query.get('limit')) {
 			limit = Number(query.get('limit'));
@@ -302,11 +320,12 @@ function createServer(opts) {
 			// one snapshot for the counts and the page
 			await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
 			q = (await client.query(Q.QUEUE_ONE, [opts.countCap + 1, name])).rows[0];
-			page = await Q.listPage(client, list, name, cursor, limit);
 			if (ctx.features.retention) {
 				const r = await client.query(Q.RETENTION, [name]);
 				retention = r.rows.length ? r.rows[0].retention : null;
 			}
+			if (list === null) list = firstListWithJobs(q, retention);
+			page = await Q.listPage(client, list, name, cursor, limit);
 			await client.query('COMMIT');
 		} catch (e) {
 			await client.query('ROLLBACK').catch(() => {});
@@ -317,8 +336,11 @@ function createServer(opts) {
 		const known = q && (q.configured || Number(q.pending) + Number(q.retry) + Number(q.unclaimed) +
 			Number(q.expired) + Number(q.running) + Number(q.failed) > 0);
 		const base = `${url`/queues/${name}`}?list=${list}&limit=${limit}`;
+		// the archive's tab for a queue that keeps one (or when asked for:
+		// rows kept before its retention was set to 0 show until they expire)
+		const tabs = lists.filter((l) => l !== 'archive' || keepsArchive(retention) || list === 'archive');
 		return send(res, 200, P.queuePage(ctx, known ? q : null, list, page, {
-			cap: opts.countCap, limit, lists, retention, queue: name,
+			cap: opts.countCap, limit, lists: tabs, retention, queue: name,
 			firstHref: base,
 			nextHref: page.next ? `${base}&after=${encodeCursor(page.next)}` : null,
 		}));

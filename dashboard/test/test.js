@@ -458,6 +458,34 @@ test('a queue with a retention shows its archive', ['operate', 'archive'], async
 	await page.context().close();
 });
 
+test('a queue opens on a tab that has jobs; the archive\'s tab only for a queue that keeps one', ['operate', 'archive'], async () => {
+	await sql(`SELECT pgq_configure('onlyfailed', max_tries => 1)`);
+	for (let i = 0; i < 2; i++) await sql(`SELECT pgq_push('onlyfailed', $1)`, [{ n: i }]);
+	await sql(`SELECT pgq_schedule(100)`);
+	for (const c of await sql(`SELECT id FROM pgq_claim('w6', 2, '1 hour', ARRAY['onlyfailed'])`))
+		assert.equal((await one(`SELECT pgq_nack($1, 'w6', 'boom') AS s`, [c.id])).s, 'failed');
+	const page = await newPage();
+	const current = async () => page.locator('a.tab.current').getAttribute('data-list');
+	const tabs = async () => page.locator('a.tab').evaluateAll((as) => as.map((a) => a.dataset.list));
+	await page.goto(`${admin.base}/queues/onlyfailed`);
+	assert.equal(await current(), 'failed');
+	assert.equal(await page.locator('#jobs tbody tr[data-id]').count(), 2);
+	assert.deepEqual(await tabs(), ['pending', 'retry', 'scheduled', 'running', 'failed']);
+	// asked for by address, the archive of a queue without one still shows
+	// (rows kept before its retention was set to 0), with its note
+	await page.goto(`${admin.base}/queues/onlyfailed?list=archive`);
+	assert.equal(await current(), 'archive');
+	// a queue with a retention and no unfinished job: its archive
+	await page.goto(`${admin.base}/queues/kept`);
+	assert.equal(await current(), 'archive');
+	assert.deepEqual(await tabs(), ['pending', 'retry', 'scheduled', 'running', 'failed', 'archive']);
+	// a queue with nothing at all: pending, as before
+	await page.goto(`${admin.base}/queues/nothing-here`);
+	assert.equal(await current(), 'pending');
+	assert.deepEqual(page.errors, []);
+	await page.context().close();
+});
+
 test('every POST needs the CSRF token of the browser that sends it, and a confirmation', async () => {
 	const page = await newPage();
 	await page.goto(`${admin.base}/queues/emails`);
