@@ -6,6 +6,12 @@ registered queues, the queue's handler, then ``pgq_ack`` on success or
 ``pgq_nack`` with the error.  One heartbeat thread with a connection of its
 own extends the lease of every running job at a third of the lease.
 
+A handler may be a coroutine function (``async def``), or any function that
+returns an awaitable: the awaitable is awaited to completion on an event
+loop of the slot's thread (one loop per slot, made on its first such job and
+reused), and its outcome counts as a plain handler's would.  The loop runs
+only while a handler is awaited.
+
 Failure handling, in short:
 
 * handler raises: nack with ``Type: message`` and the traceback's tail
@@ -27,6 +33,8 @@ through PgBouncer in transaction pooling.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import itertools
 import logging
 import os
@@ -121,6 +129,41 @@ class _Slot:
         # job is released, so its result must not be acked any more
         self.abandoned = threading.Event()
         self.backoff = _Backoff(reconnect_max_delay)
+        # where the slot's async handlers run (made on the first one)
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def call(self, handler: Handler, job: "Job") -> Any:
+        """``handler(job)``, and when it returns an awaitable, that awaited."""
+        result = handler(job)
+        if not inspect.isawaitable(result):
+            return result
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+        try:
+            return self.loop.run_until_complete(_awaited(result))
+        except asyncio.CancelledError as err:  # a BaseException: make it the job's failure
+            raise RuntimeError("the handler's awaitable was cancelled") from err
+
+    def close_loop(self) -> None:
+        """Cancel what async handlers left running, then close the loop."""
+        loop, self.loop = self.loop, None
+        if loop is None:
+            return
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 class Worker:
@@ -130,6 +173,8 @@ class Worker:
     >>> @w.handler("emails")
     ... def send(job): ...
     >>> w.run()          # until SIGTERM or SIGINT
+
+    A handler may also be ``async def``: see the module's docstring.
 
     ``conninfo`` is a libpq connection string (PgBouncer's address works).
     ``concurrency``: handlers that run at once (threads, one connection
@@ -354,6 +399,12 @@ class Worker:
     # -- one slot ---------------------------------------------------------------
 
     def _slot_loop(self, slot: _Slot) -> None:
+        try:
+            self._slot_jobs(slot)
+        finally:
+            slot.close_loop()
+
+    def _slot_jobs(self, slot: _Slot) -> None:
         queues = sorted(self._handlers)
         lease = timedelta(seconds=self.lease)
         wait = timedelta(seconds=self.wait)
@@ -412,7 +463,7 @@ class Worker:
         retry_in = self.retry_delay
         try:
             log.debug("%s: job %s of %s, try %d", slot.lock_key, job.id, job.queue, job.tries)
-            handler(job)
+            slot.call(handler, job)
         except Retry as r:
             error, retry_in = f"Retry: {r.message}", r.delay
         except Exception as exc:  # a handler's failure is the job's, not the worker's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -150,6 +151,57 @@ def test_lost_lease_is_not_acked(app, admin, queue, running, caplog):
     assert [(s, k) for _, s, _, _, k in job_rows(admin, queue)] == [("scheduled", "intruder")]
     assert any("lease of job" in m and str(job_id) in m and "not acked" in m
                for m in caplog.messages), caplog.messages
+
+
+def test_async_handler_is_awaited_then_acked_or_nacked(app, admin, queue, running):
+    """``async def`` handlers (and handlers returning an awaitable) are awaited."""
+    admin.execute("SELECT pgq_configure(%s, max_tries => 1)", [queue])
+    other = queue + "_aw"
+    good = pgqueue.push_batch(app, queue, [{"n": i} for i in range(6)])
+    bad = pgqueue.push(app, queue, {"fail": True})
+    via_lambda = pgqueue.push(app, other, {"n": 99})
+    done: list[str] = []
+    loops: dict[str, set[int]] = collections.defaultdict(set)
+
+    async def handle(job: pgqueue.Job) -> None:
+        await asyncio.sleep(0.02)
+        loops[threading.current_thread().name].add(id(asyncio.get_running_loop()))
+        if job.payload.get("fail"):
+            raise ValueError("async boom")
+        done.append(str(job.id))
+
+    w = pgqueue.Worker(DSN, concurrency=2, wait=2)
+    w.register(queue, handle)
+    w.register(other, lambda job: handle(job))  # a plain function returning a coroutine
+    r = running(w)
+    wait_until(lambda: [s for _, s, _, _, _ in job_rows(admin, queue)] == ["failed"], 30,
+               "the failing job to be nacked")
+    wait_until(lambda: len(done) >= 7 and not job_rows(admin, other), 30, "the acks")
+    r.stop()
+    assert sorted(done) == sorted(str(i) for i in [*good, via_lambda])
+    (jid, _, _, last_error, _), = job_rows(admin, queue)
+    assert jid == bad and last_error.startswith("ValueError: async boom\nTraceback")
+    assert "in handle" in last_error
+    # one event loop per slot thread, reused from job to job
+    assert loops and all(len(ids) == 1 for ids in loops.values()), loops
+
+
+def test_async_handler_keeps_its_lease(app, admin, queue, running):
+    pgqueue.push(app, queue)
+    seen: list[tuple] = []
+
+    async def slow(job: pgqueue.Job) -> None:
+        first = job.lock_timeout
+        await asyncio.sleep(2)
+        seen.append((first, job.lock_timeout, job.lease_lost))
+
+    w = pgqueue.Worker(DSN, concurrency=1, lease=1.5, wait=2)
+    w.register(queue, slow)
+    r = running(w)
+    wait_until(lambda: seen and not job_rows(admin, queue), 20, "the ack")
+    r.stop()
+    (first, last, lost), = seen
+    assert last > first and not lost  # the heartbeat extended it while awaited
 
 
 def _proc(queue: str, log: str, *args: str) -> subprocess.Popen:
