@@ -18,6 +18,13 @@ Failure handling, in short:
   (``Retry(delay)`` picks the retry delay);
 * lease lost (``pgq_extend`` answered NULL): the result is not acked, and
   this is logged;
+* an extension that fails otherwise is logged and tried again a quarter
+  period later; each runs with ``statement_timeout`` at ``lease / 6`` (at
+  most ``EXTEND_TIMEOUT_MAX``), so a stalled one cannot hold up the others,
+  and nothing ends the heartbeat thread but ``stop()``;
+* an ack or nack that fails otherwise than by the connection is tried
+  ``FINISH_ATTEMPTS`` times, then logged (the lease runs out); nothing ends
+  a slot's thread but the worker's stop;
 * connection lost: the slot reconnects with exponential backoff and retries
   the ack or nack it was sending (a second ack of a job that was acked
   answers false and changes nothing); a claim whose answer was lost is
@@ -65,6 +72,8 @@ _slot_numbers = itertools.count()
 _CLAIM = ("SELECT id, queue, payload, tries, version, lock_timeout"
           " FROM pgq_claim(%s, 1, %s, %s, %s)")
 _EXTEND = "SELECT pgq_extend(%s, %s, %s)"
+# for the extend's transaction only (PgBouncer-safe, unlike a session SET)
+_EXTEND_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
 _ACK = "SELECT pgq_ack(%s, %s)"
 _NACK = "SELECT pgq_nack(%s, %s, %s, %s)"
 _RELEASE = "SELECT pgq_release(%s)"
@@ -77,6 +86,14 @@ _SETUP_ERRORS = (psycopg.errors.UndefinedFunction,
 #: How much of a traceback goes into the job's last_error.
 TRACEBACK_FRAMES = 5
 ERROR_MAX_CHARS = 4000
+
+#: The longest an extension may take (statement_timeout), in seconds; it is
+#: at most half the heartbeat's period (lease / 6) anyway.
+EXTEND_TIMEOUT_MAX = 10.0
+
+#: Attempts at an ack or nack that fails for another reason than the
+#: connection (a lost connection is retried until it comes back).
+FINISH_ATTEMPTS = 3
 
 
 @dataclass
@@ -442,6 +459,13 @@ class Worker:
                 slot.backoff.pause(slot.lock_key, "connection lost while claiming", err,
                                    self._stopping)
                 continue
+            except Exception as err:  # not the connection: the slot goes on after a pause
+                if not isinstance(err, psycopg.Error):
+                    self._drop_conn(slot)
+                    claim_lost = True
+                slot.backoff.pause(slot.lock_key, f"claim failed: {type(err).__name__}", err,
+                                   self._stopping)
+                continue
             slot.backoff.reset()
             if row is None:
                 continue
@@ -451,6 +475,9 @@ class Worker:
                 slot.state = _Slot.RUNNING
             try:
                 self._run_job(slot, job)
+            except Exception:  # a bug of ours: the slot must not die of it
+                log.exception("%s: unexpected error with job %s (its lease will run out)",
+                              slot.lock_key, job.id)
             finally:
                 with slot.lock:
                     slot.state = _Slot.IDLE
@@ -484,8 +511,13 @@ class Worker:
 
     def _finish(self, slot: _Slot, job: Job, error: Optional[str],
                 retry_in: Optional[timedelta]) -> None:
-        """Ack (error None) or nack the job, retried across lost connections."""
+        """Ack (error None) or nack the job, retried across lost connections.
+
+        Any other error is retried FINISH_ATTEMPTS times in all, then logged:
+        the job's lease runs out and it runs again.
+        """
         resent = False
+        failures = 0
         while True:
             conn = self._slot_conn(slot, slot.abandoned)
             if conn is None:
@@ -515,6 +547,19 @@ class Worker:
                 resent = True
                 slot.backoff.pause(slot.lock_key, f"connection lost finishing job {job.id}",
                                    err, slot.abandoned)
+            except Exception as err:
+                failures += 1
+                if not isinstance(err, psycopg.Error):
+                    self._drop_conn(slot)  # who knows what state the connection is in
+                    resent = True  # nor whether the statement was sent
+                what = "ack" if error is None else "nack"
+                if failures >= FINISH_ATTEMPTS:
+                    log.error("%s: could not %s job %s after %d attempts (its lease will run "
+                              "out and it will run again): %s: %s", slot.lock_key, what, job.id,
+                              failures, type(err).__name__, " ".join(str(err).split()))
+                    return
+                slot.backoff.pause(slot.lock_key, f"{what} of job {job.id} failed: "
+                                   f"{type(err).__name__}", err, slot.abandoned)
 
 
 class _Heartbeat:
@@ -524,6 +569,10 @@ class _Heartbeat:
         self.worker = worker
         self.period = worker.lease / 3
         self.lease = timedelta(seconds=worker.lease)
+        # an extension that takes longer is cancelled (and tried again after
+        # `retry`): one stalled extension must not hold up the others
+        self.timeout = f"{max(1, int(min(self.period / 2, EXTEND_TIMEOUT_MAX) * 1000))}ms"
+        self.retry = self.period / 4
         self.due: Dict[UUID, float] = {}
         self.jobs: Dict[UUID, Job] = {}
         self.cond = threading.Condition()
@@ -540,8 +589,9 @@ class _Heartbeat:
             self.done.set()
             self.cond.notify()
         self.thread.join(5)
-        if self.conn is not None:
-            self.conn.close()
+        conn = self.conn
+        if conn is not None:
+            conn.close()
 
     def add(self, job: Job) -> None:
         # No wake-up needed: the loop never sleeps longer than a period, and
@@ -567,35 +617,79 @@ class _Heartbeat:
                 self.cond.wait(timeout)
             return []
 
-    def _loop(self) -> None:
-        while True:
-            jobs = self._next_due()
-            if not jobs:
-                return
-            if self.conn is None or self.conn.closed:
-                self.conn = self.worker._reconnect("heartbeat", self.backoff, self.done)
-                if self.conn is None:
-                    return
+    def _later(self, jobs: List[Job]) -> None:
+        """Try these jobs' extensions again a quarter period from now."""
+        with self.cond:
             for job in jobs:
-                try:
-                    until = self.conn.execute(_EXTEND, [job.id, job.lock_key, self.lease]).fetchone()[0]
-                except psycopg.OperationalError as err:
-                    self.conn.close()
-                    self.backoff.pause("heartbeat", "connection lost", err, self.done)
-                    break
-                self.backoff.reset()
-                with self.cond:
-                    if job.id not in self.jobs:
-                        continue  # finished meanwhile
-                    if until is None:
-                        job._lost.set()
-                        self.jobs.pop(job.id)
-                        self.due.pop(job.id)
-                        log.error("%s: lease of job %s lost (pgq_extend answered NULL): "
-                                  "its result will not be acked", job.lock_key, job.id)
-                    else:
-                        job.lock_timeout = until
-                        self.due[job.id] = time.monotonic() + self.period
+                if job.id in self.due:
+                    self.due[job.id] = time.monotonic() + self.retry
+
+    def _drop_conn(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
+
+    def _loop(self) -> None:
+        """Until stop(): whatever goes wrong is logged and the loop goes on."""
+        while not self.done.is_set():
+            jobs: List[Job] = []
+            try:
+                jobs = self._next_due()
+                if jobs:
+                    self._extend_all(jobs)
+            except Exception as err:  # the heartbeat must not die: every lease hangs on it
+                log.exception("heartbeat: unexpected error (going on, on a new connection): %s",
+                              err)
+                self._drop_conn()
+                self._later(jobs)
+                self.done.wait(self.retry)
+
+    def _extend(self, conn: psycopg.Connection, job: Job) -> Optional[datetime]:
+        with conn.transaction():
+            conn.execute(_EXTEND_TIMEOUT, [self.timeout])
+            return conn.execute(_EXTEND, [job.id, job.lock_key, self.lease]).fetchone()[0]
+
+    def _extend_all(self, jobs: List[Job]) -> None:
+        if self.conn is None or self.conn.closed:
+            self.conn = self.worker._reconnect("heartbeat", self.backoff, self.done)
+            if self.conn is None:
+                return
+        for job in jobs:
+            try:
+                until = self._extend(self.conn, job)
+            except psycopg.errors.QueryCanceled as err:
+                # statement_timeout: this extension stalled (a lock?); the
+                # others go on, this one is tried again soon
+                log.warning("heartbeat: extending job %s was cancelled (statement_timeout %s), "
+                            "trying again in %.2fs: %s", job.id, self.timeout, self.retry,
+                            " ".join(str(err).split()))
+                self._later([job])
+                continue
+            except psycopg.OperationalError as err:
+                self._drop_conn()
+                self.backoff.pause("heartbeat", "connection lost", err, self.done)
+                return  # the jobs left are still due: extended on the new connection
+            except Exception as err:
+                log.error("heartbeat: extending job %s failed, trying again in %.2fs: %s: %s",
+                          job.id, self.retry, type(err).__name__, " ".join(str(err).split()))
+                self._later([job])
+                if not isinstance(err, psycopg.Error):
+                    self._drop_conn()  # who knows what state the connection is in
+                    return
+                continue
+            self.backoff.reset()
+            with self.cond:
+                if job.id not in self.jobs:
+                    continue  # finished meanwhile
+                if until is None:
+                    job._lost.set()
+                    self.jobs.pop(job.id)
+                    self.due.pop(job.id)
+                    log.error("%s: lease of job %s lost (pgq_extend answered NULL): "
+                              "its result will not be acked", job.lock_key, job.id)
+                else:
+                    job.lock_timeout = until
+                    self.due[job.id] = time.monotonic() + self.period
 
 
 class _Backoff:

@@ -204,6 +204,133 @@ def test_async_handler_keeps_its_lease(app, admin, queue, running):
     assert last > first and not lost  # the heartbeat extended it while awaited
 
 
+class _Flaky:
+    """A connection whose ``execute`` raises ``errors[word]`` (in turn) on
+    statements containing ``word``, then behaves; ``sent[word]`` counts those
+    statements that went through."""
+
+    def __init__(self, conn: psycopg.Connection, errors: dict[str, list]) -> None:
+        self._conn, self._errors = conn, errors
+        self.sent: collections.Counter[str] = collections.Counter()
+
+    def execute(self, query, params=None):
+        word = next((w for w in self._errors if w in query), None)
+        if word is not None and self._errors[word]:
+            raise self._errors[word].pop(0)
+        cur = self._conn.execute(query, params)
+        if word is not None:
+            self.sent[word] += 1
+        return cur
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+class _FlakyWorker(pgqueue.Worker):
+    """A Worker whose connections made in threads named ``thread*`` are _Flaky."""
+
+    def __init__(self, *args, thread: str, errors: dict[str, list], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.flaky: list[_Flaky] = []
+        self._flaky_args = (thread, errors)
+
+    def _connect(self):
+        conn = super()._connect()
+        thread, errors = self._flaky_args
+        if not threading.current_thread().name.startswith(thread):
+            return conn
+        self.flaky.append(_Flaky(conn, errors))
+        return self.flaky[-1]
+
+    def sent(self, word: str) -> int:
+        return sum(f.sent[word] for f in self.flaky)
+
+
+def test_heartbeat_survives_errors_that_are_not_the_connection(app, admin, queue, running,
+                                                               caplog):
+    """pgq_extend raises a DataError, then a RuntimeError: the lease is still extended."""
+    pgqueue.push(app, queue)
+    seen: list[tuple] = []
+
+    def slow(job: pgqueue.Job) -> None:
+        first = job.lock_timeout
+        time.sleep(3)
+        seen.append((first, job.lock_timeout, job.lease_lost))
+
+    w = _FlakyWorker(DSN, concurrency=1, lease=1.5, wait=2, thread="pgqueue-heartbeat",
+                     errors={"pgq_extend": [psycopg.errors.DataError("injected DataError"),
+                                            RuntimeError("injected RuntimeError")]})
+    w.register(queue, slow)
+    with caplog.at_level(logging.WARNING, logger="pgqueue.worker"):
+        r = running(w)
+        wait_until(lambda: seen and not job_rows(admin, queue), 20, "the ack")
+        r.stop()
+    (first, last, lost), = seen
+    extends = w.sent("pgq_extend")
+    # 3 s at a period of 0.5 s: about 6 extends, the first two failing
+    assert extends >= 3 and last > first and not lost, (extends, first, last)
+    text = "\n".join(caplog.messages)
+    assert "injected DataError" in text and "injected RuntimeError" in text, text
+
+
+def test_a_slot_survives_errors_of_its_claim_and_ack(app, admin, queue, running, caplog):
+    """A claim and two acks raise errors that are not the connection's: the
+    slot goes on, the ack is sent again, the next job is done too."""
+    ids = pgqueue.push_batch(app, queue, [{"n": 0}, {"n": 1}])
+    done: list[str] = []
+    w = _FlakyWorker(DSN, concurrency=1, wait=2, reconnect_max_delay=0.5, thread="pgqueue-slot",
+                     errors={"pgq_claim": [psycopg.errors.InternalError_("injected claim error")],
+                             "pgq_ack": [psycopg.errors.DataError("injected DataError"),
+                                         RuntimeError("injected RuntimeError")]})
+    w.register(queue, lambda job: done.append(str(job.id)))
+    with caplog.at_level(logging.WARNING, logger="pgqueue.worker"):
+        r = running(w)
+        wait_until(lambda: not job_rows(admin, queue), 20, "both jobs acked")
+        r.stop()
+    assert sorted(done) == sorted(str(i) for i in ids)  # each ran once: the acks went through
+    assert w.sent("pgq_ack") == 2
+    text = "\n".join(caplog.messages)
+    assert all(m in text for m in ("injected claim error", "injected DataError",
+                                   "injected RuntimeError")), text
+
+
+def test_a_stalled_extend_does_not_hold_up_the_other_leases(app, admin, queue, running):
+    """Extends time out (statement_timeout), so one job's stalled extend (its row
+    locked) does not stop the other job's lease from being extended."""
+    stuck, other = pgqueue.push_batch(app, queue, [{"n": 0}, {"n": 1}])
+    started = {}
+    changes: dict[str, list[float]] = collections.defaultdict(list)
+    results = {}
+
+    def handle(job: pgqueue.Job) -> None:
+        started[str(job.id)] = True
+        last = job.lock_timeout
+        end = time.monotonic() + 5.5
+        while time.monotonic() < end:
+            if job.lock_timeout != last:
+                last = job.lock_timeout
+                changes[str(job.id)].append(time.monotonic())
+            time.sleep(0.02)
+        results[str(job.id)] = job.lease_lost
+
+    w = pgqueue.Worker(DSN, concurrency=2, lease=3, wait=2)
+    w.register(queue, handle)
+    r = running(w)
+    wait_until(lambda: len(started) == 2, 20, "both handlers")
+    with psycopg.connect(os.environ["PGQ_ADMIN_DSN"]) as locker:
+        locker.execute("SELECT 1 FROM pgqueue.work_queue WHERE id = %s FOR UPDATE", [stuck])
+        t0 = time.monotonic()
+        time.sleep(3)
+        t1 = time.monotonic()
+        locker.rollback()
+    wait_until(lambda: len(results) == 2 and not job_rows(admin, queue), 20, "the acks")
+    r.stop()
+    during = [t for t in changes[str(other)] if t0 < t < t1]
+    # a period of 1 s: the other job's lease moved on while the first was stuck
+    assert len(during) >= 2, (changes, t0, t1)
+    assert results == {str(stuck): False, str(other): False}
+
+
 def _proc(queue: str, log: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, os.path.join(HERE, "worker_proc.py"),
                              DSN, queue, log, *args],
