@@ -14,7 +14,8 @@
 // or nack resent (a second ack of an acked job answers false and changes
 // nothing); a claim whose answer was lost is undone with pgq_release.  stop()
 // (SIGTERM/SIGINT under run()) cancels waiting claims, lets running handlers
-// finish for shutdownTimeout seconds, then releases what is still held.
+// finish for shutdownTimeout seconds, waits for any ack or nack already sent,
+// then releases what is still held.
 //
 // No statement is named (so none is prepared on the server) and no session
 // state is used: workers run unchanged through PgBouncer's transaction pooling.
@@ -27,6 +28,9 @@ import pg from 'pg';
 export const BATCH_LIMIT = 10000;
 const TRACE_LINES = 6;
 const ERROR_MAX_CHARS = 4000;
+// At shutdown, how long past shutdownTimeout an ack or nack already sent may
+// take before the jobs still held are released anyway (ms).
+const FINISH_WAIT = 10000;
 
 const CLAIM = 'SELECT id, queue, payload, tries, version, lock_timeout'
   + ' FROM pgq_claim($1, 1, $2::interval, $3::text[], $4::interval)';
@@ -208,7 +212,7 @@ export class Worker {
     for (let i = 0; i < this.concurrency; i++) {
       const n = nextSlotNumber++;
       this.slots.push({
-        number: n, lockKey: `${this.name}:${n}`, client: null, state: 'idle',
+        number: n, lockKey: `${this.name}:${n}`, client: null, state: 'idle', finishing: null,
         backoff: new Backoff(this.reconnectMaxDelay), abandoned: new AbortController(),
       });
     }
@@ -259,7 +263,17 @@ export class Worker {
       await Promise.race([Promise.all(this.loops), sleep(Math.min(200, Math.max(0, deadline - Date.now())))]);
     }
     const left = this.slots.filter((_, i) => !finished.has(i));
-    for (const slot of left) slot.abandoned.abort();
+    // An ack or nack on its way must land before the release, or the release
+    // commits first and a job whose handler succeeded runs again.  Once
+    // abandoned (aborted with no await after the wait), a slot sends no more.
+    for (const slot of left) {
+      const until = Date.now() + FINISH_WAIT;
+      while (slot.finishing && Date.now() < until) {
+        await Promise.race([slot.finishing.catch(() => {}), sleep(until - Date.now())]);
+      }
+      if (slot.finishing) this.log.error(`worker ${this.name}: ${slot.lockKey}: an ack or nack still unanswered after ${FINISH_WAIT / 1000}s: releasing anyway`);
+      slot.abandoned.abort();
+    }
     if (left.length) await this.#release(left.map((s) => s.lockKey));
     await Promise.all(this.slots.map((s) => (left.includes(s) ? null : this.#dropClient(s))));
     this.log.info(`worker ${this.name} stopped`);
@@ -431,16 +445,22 @@ export class Worker {
     for (;;) {
       const client = await this.#slotClient(slot, slot.abandoned.signal);
       if (!client) return;
+      if (slot.abandoned.signal.aborted) { // stop() released the job meanwhile
+        this.log.warn(`${slot.lockKey}: job ${job.id} released at shutdown before its ${error == null ? 'ack' : 'nack'} was sent`);
+        return;
+      }
+      // what stop() waits for before it releases (sent at once)
+      slot.finishing = (async () => (error == null ? client.query(ACK, [job.id, slot.lockKey])
+        : client.query(NACK, [job.id, slot.lockKey, error, seconds(retryIn)])))();
       try {
+        const { rows } = await slot.finishing.finally(() => { slot.finishing = null; });
         if (error == null) {
-          const { rows } = await client.query(ACK, [job.id, slot.lockKey]);
           if (!rows[0].ok) {
             const why = resent ? 'the ack sent before the connection was lost committed'
               : 'the job is no longer held (lease lost)';
             this.log[resent ? 'info' : 'error'](`${slot.lockKey}: ack of job ${job.id} answered false: ${why}`);
           }
         } else {
-          const { rows } = await client.query(NACK, [job.id, slot.lockKey, error, seconds(retryIn)]);
           if (rows[0].state == null && !resent) this.log.error(`${slot.lockKey}: nack of job ${job.id}: the job is no longer held`);
           else if (rows[0].state === 'failed') this.log.warn(`${slot.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
         }

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import pg from 'pg';
 import { push, pushBatch, Retry, Worker, WorkerSetupError, formatError } from 'pgqueue';
 import {
   PASS, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName,
@@ -208,6 +209,39 @@ test('SIGTERM past the shutdown timeout releases the job', async () => {
   const { rows } = await admin.query("SELECT id, tries FROM pgq_claim('probe', 1, '1 minute', ARRAY[$1])", [q]);
   assert.deepEqual(rows, [{ id, tries: 2 }]);
   assert.match(fs.readFileSync(`${log}.stderr`, 'utf8'), /released 1 job\(s\)/);
+});
+
+test('stop() lets an ack on its way land before it releases what is still held', async () => {
+  // the handler is done and its ack on the way (slowed down here) when
+  // shutdownTimeout runs out: the job must not be released to run again
+  const q = queueName();
+  const id = await push(app, q);
+  const done = [];
+  const logger = keepingLogger();
+  let acks = 0;
+  const { query } = pg.Client.prototype;
+  pg.Client.prototype.query = function slowAck(text, ...rest) {
+    if (typeof text === 'string' && text.startsWith('SELECT pgq_ack(')) {
+      acks += 1;
+      return sleep(1500).then(() => query.call(this, text, ...rest));
+    }
+    return query.call(this, text, ...rest);
+  };
+  const w = worker(q, async (job) => { done.push(job.id); }, { concurrency: 1, wait: 2, shutdownTimeout: 0.5, logger });
+  try {
+    await waitUntil(() => acks, 20000, 'the ack');
+    await w.stop();
+    await w.running;
+    await sleep(2000); // an ack that stop() left behind lands now
+  } finally {
+    pg.Client.prototype.query = query;
+    // a slot that stop() left behind keeps its connection (and this process) open
+    await Promise.all(w.slots.map((s) => s.client?.end().catch(() => {})));
+  }
+  assert.deepEqual(done, [id]);
+  assert.equal(acks, 1);
+  assert.deepEqual(await jobRows(admin, q), [], 'the job was released while its ack was on its way');
+  assert.ok(!logger.lines.some((l) => /answered false|released 1 job/.test(l)), logger.lines.join('\n'));
 });
 
 test('the server restarted under a running worker: it reconnects, the rest is done once', async () => {

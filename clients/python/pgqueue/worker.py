@@ -31,7 +31,8 @@ Failure handling, in short:
   undone at once with ``pgq_release`` of the slot's key;
 * SIGTERM/SIGINT (``run()``): no new claims (waiting claims are cancelled),
   running handlers get ``shutdown_timeout`` seconds to finish, then the
-  jobs still held are given back with ``pgq_release``.
+  jobs still held are given back with ``pgq_release`` (after any ack or
+  nack already sent has been answered, ``FINISH_WAIT`` at most).
 
 Nothing here keeps session state on the server and no statement is prepared
 on it unless ``prepare_threshold`` asks for it, so a worker runs unchanged
@@ -95,6 +96,10 @@ EXTEND_TIMEOUT_MAX = 10.0
 #: connection (a lost connection is retried until it comes back).
 FINISH_ATTEMPTS = 3
 
+#: At shutdown, how long past shutdown_timeout an ack or nack already sent
+#: may take before the jobs still held are released anyway, in seconds.
+FINISH_WAIT = 10.0
+
 
 @dataclass
 class Job:
@@ -145,6 +150,10 @@ class _Slot:
         # set at shutdown when the handler outlived shutdown_timeout: its
         # job is released, so its result must not be acked any more
         self.abandoned = threading.Event()
+        # an ack or nack is on its way (set and cleared under lock, with
+        # `finished` notified): stop() waits for it before releasing
+        self.finishing = False
+        self.finished = threading.Condition(self.lock)
         self.backoff = _Backoff(reconnect_max_delay)
         # where the slot's async handlers run (made on the first one)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
@@ -339,7 +348,14 @@ class Worker:
             alive[0].thread.join(min(0.2, max(0.0, deadline - time.monotonic())))
         left = [s for s in self._slots if s.thread and s.thread.is_alive()]
         for slot in left:
-            slot.abandoned.set()
+            # An ack or nack on its way must land before the release, or the
+            # release commits first and a job whose handler succeeded runs
+            # again.  Under the slot's lock: once abandoned, it sends no more.
+            with slot.lock:
+                if not slot.finished.wait_for(lambda: not slot.finishing, FINISH_WAIT):
+                    log.error("worker %s: %s: an ack or nack still unanswered after %ss: "
+                              "releasing anyway", self.name, slot.lock_key, FINISH_WAIT)
+                slot.abandoned.set()
         if left:
             self._release([s.lock_key for s in left])
         if self._heartbeat is not None:
@@ -364,8 +380,10 @@ class Worker:
             with self._connect() as conn:
                 for key in keys:
                     n = conn.execute(_RELEASE, [key]).fetchone()[0]
-                    log.warning("worker %s: handler still running at shutdown: "
-                                "released %d job(s) of %s", self.name, n, key)
+                    # none: the slot had just finished its job
+                    log.log(logging.WARNING if n else logging.DEBUG,
+                            "worker %s: handler still running at shutdown: "
+                            "released %d job(s) of %s", self.name, n, key)
         except psycopg.Error as err:
             log.error("worker %s: could not release %s at shutdown (their leases will "
                       "run out instead): %s", self.name, ", ".join(keys), err)
@@ -518,24 +536,39 @@ class Worker:
         """
         resent = False
         failures = 0
+        what = "ack" if error is None else "nack"
         while True:
             conn = self._slot_conn(slot, slot.abandoned)
             if conn is None:
                 return
+            with slot.lock:
+                if slot.abandoned.is_set():  # stop() released the job meanwhile
+                    log.warning("%s: job %s released at shutdown before its %s was sent",
+                                slot.lock_key, job.id, what)
+                    return
+                slot.finishing = True
             try:
+                try:
+                    if error is None:
+                        answer = conn.execute(_ACK, [job.id, slot.lock_key]).fetchone()[0]
+                    else:
+                        answer = conn.execute(_NACK, [job.id, slot.lock_key, error,
+                                                      retry_in]).fetchone()[0]
+                finally:
+                    with slot.lock:
+                        slot.finishing = False
+                        slot.finished.notify_all()
                 if error is None:
-                    ok = conn.execute(_ACK, [job.id, slot.lock_key]).fetchone()[0]
-                    if not ok:
+                    if not answer:
                         log.log(logging.INFO if resent else logging.ERROR,
                                 "%s: ack of job %s answered false: %s", slot.lock_key, job.id,
                                 "the ack sent before the connection was lost committed"
                                 if resent else "the job is no longer held (lease lost)")
                 else:
-                    state = conn.execute(_NACK, [job.id, slot.lock_key, error, retry_in]).fetchone()[0]
-                    if state is None and not resent:
+                    if answer is None and not resent:
                         log.error("%s: nack of job %s: the job is no longer held",
                                   slot.lock_key, job.id)
-                    elif state == "failed":
+                    elif answer == "failed":
                         log.warning("%s: job %s of %s failed for good after %d tries",
                                     slot.lock_key, job.id, job.queue, job.tries)
                 slot.backoff.reset()
@@ -552,7 +585,6 @@ class Worker:
                 if not isinstance(err, psycopg.Error):
                     self._drop_conn(slot)  # who knows what state the connection is in
                     resent = True  # nor whether the statement was sent
-                what = "ack" if error is None else "nack"
                 if failures >= FINISH_ATTEMPTS:
                     log.error("%s: could not %s job %s after %d attempts (its lease will run "
                               "out and it will run again): %s: %s", slot.lock_key, what, job.id,

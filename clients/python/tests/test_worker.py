@@ -206,8 +206,9 @@ def test_async_handler_keeps_its_lease(app, admin, queue, running):
 
 class _Flaky:
     """A connection whose ``execute`` raises ``errors[word]`` (in turn) on
-    statements containing ``word``, then behaves; ``sent[word]`` counts those
-    statements that went through."""
+    statements containing ``word``, then behaves; an entry that is a function
+    is called instead, before the statement is sent (a delay, say).
+    ``sent[word]`` counts those statements that went through."""
 
     def __init__(self, conn: psycopg.Connection, errors: dict[str, list]) -> None:
         self._conn, self._errors = conn, errors
@@ -216,7 +217,10 @@ class _Flaky:
     def execute(self, query, params=None):
         word = next((w for w in self._errors if w in query), None)
         if word is not None and self._errors[word]:
-            raise self._errors[word].pop(0)
+            fault = self._errors[word].pop(0)
+            if not callable(fault):
+                raise fault
+            fault()
         cur = self._conn.execute(query, params)
         if word is not None:
             self.sent[word] += 1
@@ -292,6 +296,35 @@ def test_a_slot_survives_errors_of_its_claim_and_ack(app, admin, queue, running,
     text = "\n".join(caplog.messages)
     assert all(m in text for m in ("injected claim error", "injected DataError",
                                    "injected RuntimeError")), text
+
+
+def test_shutdown_waits_for_an_ack_in_flight_before_releasing(app, admin, queue, running,
+                                                              caplog):
+    """The handler is done and its ack on the way (slowed down here) when
+    shutdown_timeout runs out: stop() lets the ack finish before it releases
+    what is still held, so the job is not given back to run again."""
+    job_id = pgqueue.push(app, queue)
+    done: list[str] = []
+    acking = threading.Event()
+
+    def slow_ack() -> None:
+        acking.set()
+        time.sleep(1.5)  # the ack's round trip, past the shutdown deadline
+
+    w = _FlakyWorker(DSN, concurrency=1, wait=2, shutdown_timeout=0.5, thread="pgqueue-slot",
+                     errors={"pgq_ack": [slow_ack]})
+    w.register(queue, lambda job: done.append(str(job.id)))
+    with caplog.at_level(logging.INFO, logger="pgqueue.worker"):
+        r = running(w)
+        assert acking.wait(20)
+        r.stop()
+        # the slot's thread, if stop() left it behind, sends its ack now
+        wait_until(lambda: not any(s.thread.is_alive() for s in w._slots), 10, "the slot to end")
+    assert done == [str(job_id)]
+    assert job_rows(admin, queue) == [], "the job was released while its ack was in flight"
+    assert w.sent("pgq_ack") == 1
+    assert not any("answered false" in m or "released 1 job" in m for m in caplog.messages), \
+        caplog.messages
 
 
 def test_a_stalled_extend_does_not_hold_up_the_other_leases(app, admin, queue, running):
