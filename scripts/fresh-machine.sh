@@ -261,9 +261,11 @@ if [ "${FRESH_SUDO:-1}" != 0 ]; then
 	check "$(verdict test -n "$kept" -a -d "$ROOT$kept")" "user: ... and keeps its directory ($kept)"
 	[ -n "$kept" ] && rm -rf "${ROOT:?}$kept"
 	# README's install lines for the libraries and the dashboard, in a copy of
-	# the checkout (they write venv/, node_modules/, package.json); apt-get's
-	# question, if it has one, is answered yes
-	clients=$(awk '/^### Install/ { s = 1 } s && /^```sh/ { b = 1; next } b && /^```/ { exit } b' "$SRC/README.md")
+	# the checkout (they write venv/, node_modules/, package.json; the copy is
+	# also README's /path/to/pgqueue); apt-get's question, if it has one, is
+	# answered yes
+	clients=$(awk '/^### Install/ { s = 1 } s && /^```sh/ { b = 1; next } b && /^```/ { exit } b' "$SRC/README.md" |
+		sed 's|/path/to/pgqueue/|/home/user/app/|g')
 	dashboard=$(grep -E '^npm ci .*--prefix dashboard' "$SRC/README.md" | sed 's/[ \t]*#.*//')
 	in_root runuser -u user -- cp -a "$CHECKOUT" /home/user/app
 	timed clients-user in_root runuser -u user -- bash -ec "cd /home/user/app
