@@ -108,6 +108,24 @@ function isConnectionError(err) {
 // insufficient privilege, invalid parameter value.
 const SETUP_ERRORS = new Set(['42883', '42501', '22023']);
 
+// What start() checks on its first connection: is pgq_claim there, and where
+// is the extension (if anywhere)?
+const CHECK = 'SELECT current_database() AS database,'
+  + " to_regprocedure('pgq_claim(text, int, interval, text[], interval)') IS NOT NULL AS found,"
+  + ' (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace'
+  + "   WHERE e.extname = 'pgqueue') AS schema";
+
+// What a worker says when pgq_claim is not there (Python's says the same).
+function missingExtension(database, schema = null) {
+  if (schema != null) {
+    return `pgqueue is installed in schema ${schema} of database "${database}", which is not on this`
+      + " connection's search_path (pgq_claim was not found): add it to the role's search_path"
+      + ' (ALTER ROLE ... SET search_path = ...)';
+  }
+  return `the pgqueue extension is not installed in database "${database}" (pgq_claim does not exist):`
+    + ' run CREATE EXTENSION pgqueue; in that database, or connect the worker to the database where it is installed';
+}
+
 const oneLine = (err) => String(err?.message ?? err).split(/\s+/).join(' ');
 const sleep = (ms, signal) => new Promise((resolve) => {
   const t = setTimeout(resolve, ms);
@@ -125,10 +143,11 @@ const defaultLogger = {
 class Backoff {
   constructor(max) { this.max = max; this.delay = 0; this.failures = 0; }
   reset() { this.delay = 0; this.failures = 0; }
-  async pause(log, who, what, err, signal) {
+  // limit: the longest wait, in seconds
+  async pause(log, who, what, err, signal, limit = Infinity) {
     this.failures += 1;
     this.delay = Math.min(Math.max(this.delay * 2, 0.1), this.max);
-    const pause = this.delay * (0.5 + Math.random() / 2);
+    const pause = Math.max(0, Math.min(this.delay * (0.5 + Math.random() / 2), limit));
     log.warn(`${who}: ${what} (failure ${this.failures}, next try in ${pause.toFixed(2)}s): ${oneLine(err)}`);
     await sleep(pause * 1000, signal);
   }
@@ -172,6 +191,7 @@ export class Worker {
     const {
       concurrency = 4, lease = 30, wait = 10, shutdownTimeout = 30, retryDelay = null,
       name = `${os.hostname()}:${process.pid}`, reconnectMaxDelay = 10, logger = defaultLogger,
+      startupTimeout = 30,
     } = options;
     if (!(concurrency >= 1)) throw new RangeError('concurrency must be at least 1');
     if (!(lease > 0 && lease <= 7 * 86400)) throw new RangeError('lease must be between 0 and 7 days (seconds)');
@@ -185,6 +205,7 @@ export class Worker {
     this.retryDelay = retryDelay;
     this.name = name;
     this.reconnectMaxDelay = reconnectMaxDelay;
+    this.startupTimeout = startupTimeout;
     this.log = logger;
     this.handlers = new Map();
     this.slots = [];
@@ -205,7 +226,13 @@ export class Worker {
   /** The lock_keys of this worker's slots (known once started). */
   get lockKeys() { return this.slots.map((s) => s.lockKey); }
 
-  /** Starts the slots; resolves at once. */
+  /**
+   * Starts: connects (retried with backoff for up to startupTimeout seconds)
+   * and checks that pgqueue is installed, then runs the slots.  Returns a
+   * promise that resolves once the slots run, or rejects with a
+   * WorkerSetupError that says what to fix (the worker is then stopped).
+   * Once started, a lost server is waited for (reconnection with backoff).
+   */
   start() {
     if (this.handlers.size === 0) throw new WorkerSetupError('no handler registered: call handle(queue, fn) first');
     if (this.loops.length) throw new Error('a Worker runs once; make a new one');
@@ -217,7 +244,46 @@ export class Worker {
       });
     }
     this.log.info(`worker ${this.name}: ${this.concurrency} slots on queues ${[...this.handlers.keys()].sort().join(', ')}, lease ${this.lease}s`);
-    this.loops = this.slots.map((slot) => this.#slotLoop(slot).catch((err) => this.#fail(err)));
+    const ready = this.#checkSetup().catch((err) => {
+      const setup = err instanceof WorkerSetupError ? err : new WorkerSetupError(oneLine(err), { cause: err });
+      this.#fail(setup);
+      throw setup;
+    });
+    // (handled here: a caller that drops the promise gets the error logged, not an unhandled rejection)
+    const ok = ready.then(() => true, () => false);
+    this.loops = this.slots.map((slot) => ok.then((go) => go && this.#slotLoop(slot)).catch((err) => this.#fail(err)));
+    return ready;
+  }
+
+  // The first connection, within startupTimeout, and the extension's presence.
+  async #checkSetup() {
+    const started = Date.now();
+    const deadline = started + this.startupTimeout * 1000;
+    const backoff = new Backoff(this.reconnectMaxDelay);
+    for (;;) {
+      const client = new pg.Client({ connectionTimeoutMillis: Math.max(1000, deadline - Date.now()), ...this.connection });
+      client.on('error', () => {});
+      try {
+        await client.connect();
+      } catch (err) {
+        client.end().catch(() => {});
+        if (this.stopping || Date.now() >= deadline) {
+          throw new WorkerSetupError(`worker ${this.name}: cannot connect to the server (${backoff.failures + 1} attempts`
+            + ` in ${((Date.now() - started) / 1000).toFixed(1)}s, startupTimeout ${this.startupTimeout}s): ${oneLine(err)}:`
+            + ' check the host, port and database of the connection, and that the server is up', { cause: err });
+        }
+        await backoff.pause(this.log, `worker ${this.name}`, 'cannot connect', err, this.stopSignal.signal,
+          (deadline - Date.now()) / 1000);
+        continue;
+      }
+      try {
+        const { rows: [r] } = await client.query(CHECK);
+        if (!r.found) throw new WorkerSetupError(`worker ${this.name}: ${missingExtension(r.database, r.schema)}`);
+        return;
+      } finally {
+        await client.end().catch(() => {});
+      }
+    }
   }
 
   /**
@@ -241,6 +307,7 @@ export class Worker {
     } finally {
       if (signals) for (const s of ['SIGTERM', 'SIGINT']) process.off(s, onSignal);
     }
+    if (this.fatal instanceof WorkerSetupError) throw this.fatal;
     if (this.fatal) throw new WorkerSetupError(this.fatal.message, { cause: this.fatal });
   }
 
@@ -362,7 +429,11 @@ export class Worker {
         }
       } catch (err) {
         if (err.code === '57014') continue; // stop() cancelled the waiting claim
-        if (SETUP_ERRORS.has(err.code)) { this.#fail(err); break; }
+        if (SETUP_ERRORS.has(err.code)) {
+          this.#fail(err.code !== '42883' ? err
+            : new WorkerSetupError(`${missingExtension(client.database)}: ${err.message}`, { cause: err }));
+          break;
+        }
         if (isConnectionError(err)) {
           await this.#dropClient(slot, client);
           claimLost = true;

@@ -1,6 +1,7 @@
 // The Worker against a real server (and, in the second pass, PgBouncer).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -267,6 +268,37 @@ test('a missing extension stops the worker with the reason', { skip: PASS !== 'd
   const w = new Worker({ ...config, database: 'postgres' }, { concurrency: 1, logger: quiet });
   w.handle(queueName(), async () => {});
   await assert.rejects(w.run({ signals: false }), (err) => err instanceof WorkerSetupError && /pgq_claim/.test(err.message));
+});
+
+test('start() without the extension says how to fix it', { skip: PASS !== 'direct' && 'direct pass only' }, async () => {
+  for (const how of ['run', 'start']) {
+    const w = new Worker({ ...config, database: 'postgres' }, { concurrency: 1, logger: quiet });
+    w.handle(queueName(), async () => {});
+    try {
+      await assert.rejects(how === 'start' ? w.start() : w.run({ signals: false }), (err) => err instanceof WorkerSetupError
+        && err.message.includes('database "postgres"') && err.message.includes('CREATE EXTENSION pgqueue'));
+    } finally {
+      await w.stop();
+    }
+  }
+});
+
+test('start() fails in bounded time where no server listens', async () => {
+  const port = await new Promise((resolve) => { // a port nothing listens on
+    const srv = net.createServer().listen(0, '127.0.0.1', () => { const p = srv.address().port; srv.close(() => resolve(p)); });
+  });
+  const w = new Worker({ host: '127.0.0.1', port, database: 'pgq_test', user: 'app' },
+    { concurrency: 2, startupTimeout: 1.5, reconnectMaxDelay: 0.5, logger: quiet });
+  w.handle(queueName(), async () => {});
+  const t0 = Date.now();
+  try {
+    await assert.rejects(w.start(), (err) => err instanceof WorkerSetupError
+      && /cannot connect .*attempts.*startupTimeout 1\.5s.*port/.test(err.message));
+  } finally {
+    await w.stop();
+  }
+  const took = (Date.now() - t0) / 1000;
+  assert.ok(took > 1.4 && took < 4, String(took));
 });
 
 test('formatError: name, message and the top of the stack', () => {

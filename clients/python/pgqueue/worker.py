@@ -45,6 +45,7 @@ import asyncio
 import inspect
 import itertools
 import logging
+import math
 import os
 import random
 import signal
@@ -83,6 +84,24 @@ _RELEASE = "SELECT pgq_release(%s)"
 _SETUP_ERRORS = (psycopg.errors.UndefinedFunction,
                  psycopg.errors.InsufficientPrivilege,
                  psycopg.errors.InvalidParameterValue)
+
+# What start() checks on its first connection: is pgq_claim there, and
+# where is the extension (if anywhere)?
+_CHECK = ("SELECT current_database(),"
+          " to_regprocedure('pgq_claim(text, int, interval, text[], interval)') IS NOT NULL,"
+          " (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+          "   WHERE e.extname = 'pgqueue')")
+
+
+def missing_extension(database: str, schema: Optional[str] = None) -> str:
+    """What a worker says when pgq_claim is not there (Node's says the same)."""
+    if schema is not None:
+        return (f"pgqueue is installed in schema {schema} of database \"{database}\", which "
+                f"is not on this connection's search_path (pgq_claim was not found): add "
+                f"it to the role's search_path (ALTER ROLE ... SET search_path = ...)")
+    return (f"the pgqueue extension is not installed in database \"{database}\" (pgq_claim "
+            f"does not exist): run CREATE EXTENSION pgqueue; in that database, or connect "
+            f"the worker to the database where it is installed")
 
 #: How much of a traceback goes into the job's last_error.
 TRACEBACK_FRAMES = 5
@@ -213,6 +232,8 @@ class Worker:
     the lock_key prefix, ``host:pid`` by default; slot n's key is
     ``name:n``.  ``prepare_threshold``: psycopg's, None (never prepare on
     the server) by default so that PgBouncer's transaction pooling works.
+    ``startup_timeout``: seconds :meth:`start` tries to connect (with
+    backoff) before it raises :class:`WorkerSetupError`.
     """
 
     def __init__(
@@ -228,6 +249,7 @@ class Worker:
         prepare_threshold: Optional[int] = None,
         reconnect_max_delay: float = 10.0,
         connect_kwargs: Optional[Dict[str, Any]] = None,
+        startup_timeout: float = 30.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -244,6 +266,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.prepare_threshold = prepare_threshold
         self.reconnect_max_delay = reconnect_max_delay
+        self.startup_timeout = startup_timeout
         self.connect_kwargs = {"connect_timeout": 10, "application_name": "pgqueue worker"}
         self.connect_kwargs.update(connect_kwargs or {})
         self._handlers: Dict[str, Handler] = {}
@@ -277,12 +300,20 @@ class Worker:
     # -- running --------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the slots and the heartbeat in background threads; returns at once."""
+        """Check the setup, then start the slots and the heartbeat in background threads.
+
+        The check connects (retried with backoff for up to ``startup_timeout``
+        seconds) and looks for the extension; it raises
+        :class:`WorkerSetupError` saying what to fix when the server cannot be
+        reached or pgqueue is not installed in the database.  Once started,
+        a lost server is waited for (reconnection with backoff).
+        """
         if not self._handlers:
             raise WorkerSetupError("no handler registered: call register(queue, fn) first")
         if self._started:
             raise RuntimeError("a Worker runs once; make a new one")
         self._started = True
+        self._check_setup()
         self._heartbeat = _Heartbeat(self)
         self._heartbeat.start()
         for _ in range(self.concurrency):
@@ -296,6 +327,34 @@ class Worker:
         for slot in self._slots:
             assert slot.thread is not None
             slot.thread.start()
+
+    def _check_setup(self) -> None:
+        """The first connection, within startup_timeout, and the extension's presence."""
+        started = time.monotonic()
+        deadline = started + self.startup_timeout
+        backoff = _Backoff(self.reconnect_max_delay)
+        while True:
+            # libpq's connect_timeout is whole seconds, at least 2
+            left = max(2, math.ceil(deadline - time.monotonic()))
+            timeout = min(int(self.connect_kwargs.get("connect_timeout") or left), left)
+            try:
+                conn = self._connect(connect_timeout=timeout)
+                break
+            except psycopg.OperationalError as err:
+                if self._stopping.is_set() or time.monotonic() >= deadline:
+                    raise WorkerSetupError(
+                        f"worker {self.name}: cannot connect to the server "
+                        f"({backoff.failures + 1} attempts in "
+                        f"{time.monotonic() - started:.1f}s, startup_timeout "
+                        f"{self.startup_timeout}s): {' '.join(str(err).split())}: check "
+                        f"the host, port and database of the connection string, and that "
+                        f"the server is up") from err
+                backoff.pause(f"worker {self.name}", "cannot connect", err, self._stopping,
+                              limit=deadline - time.monotonic())
+        with conn:
+            database, found, schema = conn.execute(_CHECK).fetchone()
+        if not found:
+            raise WorkerSetupError(f"worker {self.name}: {missing_extension(database, schema)}")
 
     def run(self, install_signal_handlers: bool = True) -> None:
         """Start, then block until SIGTERM/SIGINT (or :meth:`request_stop`), then stop.
@@ -315,6 +374,8 @@ class Worker:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
+        if isinstance(self._fatal, WorkerSetupError):
+            raise self._fatal
         if self._fatal is not None:
             raise WorkerSetupError(str(self._fatal)) from self._fatal
 
@@ -390,10 +451,10 @@ class Worker:
 
     # -- connections ------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection:
+    def _connect(self, **overrides: Any) -> psycopg.Connection:
         return psycopg.connect(self.conninfo, autocommit=True,
                                prepare_threshold=self.prepare_threshold,
-                               **self.connect_kwargs)
+                               **{**self.connect_kwargs, **overrides})
 
     def _reconnect(self, what: str, backoff: "_Backoff",
                    give_up: threading.Event) -> Optional[psycopg.Connection]:
@@ -469,6 +530,8 @@ class Worker:
             except psycopg.errors.QueryCanceled:
                 continue  # stop() cancelled the waiting claim: nothing was claimed
             except _SETUP_ERRORS as err:
+                if isinstance(err, psycopg.errors.UndefinedFunction):
+                    err = WorkerSetupError(f"{missing_extension(conn.info.dbname)}: {err}")
                 self._fail(err)
                 break
             except psycopg.OperationalError as err:
@@ -739,11 +802,17 @@ class _Backoff:
         self.delay = 0.0
         self.failures = 0
 
-    def pause(self, who: str, what: str, err: BaseException, give_up: threading.Event) -> None:
-        """Log the failure, then wait the next delay (or until ``give_up`` is set)."""
+    def pause(self, who: str, what: str, err: BaseException, give_up: threading.Event,
+              limit: Optional[float] = None) -> None:
+        """Log the failure, then wait the next delay (or until ``give_up`` is set).
+
+        ``limit``: the longest wait, in seconds.
+        """
         self.failures += 1
         self.delay = min(max(self.delay * 2, self.FIRST), self.maximum)
         pause = self.delay * random.uniform(0.5, 1.0)
+        if limit is not None:
+            pause = max(0.0, min(pause, limit))
         log.warning("%s: %s (failure %d, next try in %.2fs): %s", who, what, self.failures,
                     pause, " ".join(str(err).split()))
         give_up.wait(pause)

@@ -238,8 +238,8 @@ class _FlakyWorker(pgqueue.Worker):
         self.flaky: list[_Flaky] = []
         self._flaky_args = (thread, errors)
 
-    def _connect(self):
-        conn = super()._connect()
+    def _connect(self, **overrides):
+        conn = super()._connect(**overrides)
         thread, errors = self._flaky_args
         if not threading.current_thread().name.startswith(thread):
             return conn
@@ -473,6 +473,42 @@ def test_missing_extension_stops_the_worker_with_a_reason(queue):
     w.register(queue, lambda job: None)
     with pytest.raises(pgqueue.WorkerSetupError, match="pgq_claim"):
         w.run(install_signal_handlers=False)
+
+
+@pytest.mark.direct_only
+def test_start_without_the_extension_says_how_to_fix_it(queue):
+    for start in ("run", "start"):
+        w = pgqueue.Worker(DSN.replace("dbname=pgq_test", "dbname=postgres"), concurrency=1)
+        w.register(queue, lambda job: None)
+        try:
+            with pytest.raises(pgqueue.WorkerSetupError) as caught:
+                if start == "start":
+                    w.start()  # raises itself, before any thread starts
+                else:
+                    w.run(install_signal_handlers=False)
+        finally:
+            w.stop()
+        msg = str(caught.value)
+        assert 'database "postgres"' in msg and "CREATE EXTENSION pgqueue" in msg, msg
+
+
+def test_start_fails_in_bounded_time_where_no_server_listens(queue):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    w = pgqueue.Worker(f"host=127.0.0.1 port={port} dbname=pgq_test user=app", concurrency=2,
+                       startup_timeout=1.5, reconnect_max_delay=0.5)
+    w.register(queue, lambda job: None)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(pgqueue.WorkerSetupError, match=r"cannot connect .*attempts.*"
+                                                           r"startup_timeout 1\.5s.*port"):
+            w.start()
+    finally:
+        w.stop()
+    took = time.monotonic() - t0
+    assert 1.4 < took < 4, took
+    assert not w.lock_keys  # no slot was started
 
 
 def test_format_error_has_type_message_and_traceback_tail():
