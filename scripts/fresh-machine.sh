@@ -263,9 +263,11 @@ if [ "${FRESH_SUDO:-1}" != 0 ]; then
 	[ -n "$kept" ] && rm -rf "${ROOT:?}$kept"
 	# the install lines of the libraries (the sh block of docs/clients.md's
 	# "Install") and of the dashboard (docs/operations.md), in a copy of the
-	# checkout (they write venv/, node_modules/, package.json); apt-get's
-	# question, if it has one, is answered yes
-	clients=$(awk '/^## Install$/ { s = 1 } s && /^```sh/ { b = 1; next } b && /^```/ { exit } b' "$SRC/docs/clients.md")
+	# checkout (they write venv/, node_modules/, package.json; the copy is
+	# also the pages' /path/to/pgqueue); apt-get's question, if it has one,
+	# is answered yes
+	clients=$(awk '/^## Install$/ { s = 1 } s && /^```sh/ { b = 1; next } b && /^```/ { exit } b' "$SRC/docs/clients.md" |
+		sed 's|/path/to/pgqueue/|/home/user/app/|g')
 	dashboard=$(grep -E '^npm ci .*--prefix dashboard' "$SRC/docs/operations.md" | sed 's/[ \t]*#.*//')
 	in_root runuser -u user -- cp -a "$CHECKOUT" /home/user/app
 	timed clients-user in_root runuser -u user -- bash -ec "cd /home/user/app

@@ -76,6 +76,8 @@ export interface WorkerOptions {
   name?: string;
   /** Longest pause between reconnection attempts, seconds. Default 10. */
   reconnectMaxDelay?: number;
+  /** Seconds start() tries to connect (with backoff) before it rejects with WorkerSetupError. Default 30. */
+  startupTimeout?: number;
   /** Where log lines go; default: stderr (info and above). */
   logger?: Logger;
 }
@@ -84,8 +86,11 @@ export class Worker {
   constructor(connection?: string | ConnectionConfig, options?: WorkerOptions);
   /** Runs handler(job) for the jobs of queue: resolve = ack, reject = nack. */
   handle<P = any>(queue: string, handler: Handler<P>): this;
-  /** Starts the slots; returns at once. */
-  start(): void;
+  /**
+   * Connects (within startupTimeout) and checks that pgqueue is installed, then
+   * runs the slots; rejects with WorkerSetupError saying what to fix.
+   */
+  start(): Promise<void>;
   /** Starts, waits for SIGTERM/SIGINT (signals: true) or stop(), then stops gracefully. */
   run(options?: { signals?: boolean }): Promise<void>;
   /** Stops gracefully; resolves when done. */

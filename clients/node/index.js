@@ -14,7 +14,8 @@
 // or nack resent (a second ack of an acked job answers false and changes
 // nothing); a claim whose answer was lost is undone with pgq_release.  stop()
 // (SIGTERM/SIGINT under run()) cancels waiting claims, lets running handlers
-// finish for shutdownTimeout seconds, then releases what is still held.
+// finish for shutdownTimeout seconds, waits for any ack or nack already sent,
+// then releases what is still held.
 //
 // No statement is named (so none is prepared on the server) and no session
 // state is used: workers run unchanged through PgBouncer's transaction pooling.
@@ -27,6 +28,9 @@ import pg from 'pg';
 export const BATCH_LIMIT = 10000;
 const TRACE_LINES = 6;
 const ERROR_MAX_CHARS = 4000;
+// At shutdown, how long past shutdownTimeout an ack or nack already sent may
+// take before the jobs still held are released anyway (ms).
+const FINISH_WAIT = 10000;
 
 const CLAIM = 'SELECT id, queue, payload, tries, version, lock_timeout'
   + ' FROM pgq_claim($1, 1, $2::interval, $3::text[], $4::interval)';
@@ -104,6 +108,24 @@ function isConnectionError(err) {
 // insufficient privilege, invalid parameter value.
 const SETUP_ERRORS = new Set(['42883', '42501', '22023']);
 
+// What start() checks on its first connection: is pgq_claim there, and where
+// is the extension (if anywhere)?
+const CHECK = 'SELECT current_database() AS database,'
+  + " to_regprocedure('pgq_claim(text, int, interval, text[], interval)') IS NOT NULL AS found,"
+  + ' (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace'
+  + "   WHERE e.extname = 'pgqueue') AS schema";
+
+// What a worker says when pgq_claim is not there (Python's says the same).
+function missingExtension(database, schema = null) {
+  if (schema != null) {
+    return `pgqueue is installed in schema ${schema} of database "${database}", which is not on this`
+      + " connection's search_path (pgq_claim was not found): add it to the role's search_path"
+      + ' (ALTER ROLE ... SET search_path = ...)';
+  }
+  return `the pgqueue extension is not installed in database "${database}" (pgq_claim does not exist):`
+    + ' run CREATE EXTENSION pgqueue; in that database, or connect the worker to the database where it is installed';
+}
+
 const oneLine = (err) => String(err?.message ?? err).split(/\s+/).join(' ');
 const sleep = (ms, signal) => new Promise((resolve) => {
   const t = setTimeout(resolve, ms);
@@ -121,10 +143,11 @@ const defaultLogger = {
 class Backoff {
   constructor(max) { this.max = max; this.delay = 0; this.failures = 0; }
   reset() { this.delay = 0; this.failures = 0; }
-  async pause(log, who, what, err, signal) {
+  // limit: the longest wait, in seconds
+  async pause(log, who, what, err, signal, limit = Infinity) {
     this.failures += 1;
     this.delay = Math.min(Math.max(this.delay * 2, 0.1), this.max);
-    const pause = this.delay * (0.5 + Math.random() / 2);
+    const pause = Math.max(0, Math.min(this.delay * (0.5 + Math.random() / 2), limit));
     log.warn(`${who}: ${what} (failure ${this.failures}, next try in ${pause.toFixed(2)}s): ${oneLine(err)}`);
     await sleep(pause * 1000, signal);
   }
@@ -168,6 +191,7 @@ export class Worker {
     const {
       concurrency = 4, lease = 30, wait = 10, shutdownTimeout = 30, retryDelay = null,
       name = `${os.hostname()}:${process.pid}`, reconnectMaxDelay = 10, logger = defaultLogger,
+      startupTimeout = 30,
     } = options;
     if (!(concurrency >= 1)) throw new RangeError('concurrency must be at least 1');
     if (!(lease > 0 && lease <= 7 * 86400)) throw new RangeError('lease must be between 0 and 7 days (seconds)');
@@ -181,6 +205,7 @@ export class Worker {
     this.retryDelay = retryDelay;
     this.name = name;
     this.reconnectMaxDelay = reconnectMaxDelay;
+    this.startupTimeout = startupTimeout;
     this.log = logger;
     this.handlers = new Map();
     this.slots = [];
@@ -201,19 +226,64 @@ export class Worker {
   /** The lock_keys of this worker's slots (known once started). */
   get lockKeys() { return this.slots.map((s) => s.lockKey); }
 
-  /** Starts the slots; resolves at once. */
+  /**
+   * Starts: connects (retried with backoff for up to startupTimeout seconds)
+   * and checks that pgqueue is installed, then runs the slots.  Returns a
+   * promise that resolves once the slots run, or rejects with a
+   * WorkerSetupError that says what to fix (the worker is then stopped).
+   * Once started, a lost server is waited for (reconnection with backoff).
+   */
   start() {
     if (this.handlers.size === 0) throw new WorkerSetupError('no handler registered: call handle(queue, fn) first');
     if (this.loops.length) throw new Error('a Worker runs once; make a new one');
     for (let i = 0; i < this.concurrency; i++) {
       const n = nextSlotNumber++;
       this.slots.push({
-        number: n, lockKey: `${this.name}:${n}`, client: null, state: 'idle',
+        number: n, lockKey: `${this.name}:${n}`, client: null, state: 'idle', finishing: null,
         backoff: new Backoff(this.reconnectMaxDelay), abandoned: new AbortController(),
       });
     }
     this.log.info(`worker ${this.name}: ${this.concurrency} slots on queues ${[...this.handlers.keys()].sort().join(', ')}, lease ${this.lease}s`);
-    this.loops = this.slots.map((slot) => this.#slotLoop(slot).catch((err) => this.#fail(err)));
+    const ready = this.#checkSetup().catch((err) => {
+      const setup = err instanceof WorkerSetupError ? err : new WorkerSetupError(oneLine(err), { cause: err });
+      this.#fail(setup);
+      throw setup;
+    });
+    // (handled here: a caller that drops the promise gets the error logged, not an unhandled rejection)
+    const ok = ready.then(() => true, () => false);
+    this.loops = this.slots.map((slot) => ok.then((go) => go && this.#slotLoop(slot)).catch((err) => this.#fail(err)));
+    return ready;
+  }
+
+  // The first connection, within startupTimeout, and the extension's presence.
+  async #checkSetup() {
+    const started = Date.now();
+    const deadline = started + this.startupTimeout * 1000;
+    const backoff = new Backoff(this.reconnectMaxDelay);
+    for (;;) {
+      const client = new pg.Client({ connectionTimeoutMillis: Math.max(1000, deadline - Date.now()), ...this.connection });
+      client.on('error', () => {});
+      try {
+        await client.connect();
+      } catch (err) {
+        client.end().catch(() => {});
+        if (this.stopping || Date.now() >= deadline) {
+          throw new WorkerSetupError(`worker ${this.name}: cannot connect to the server (${backoff.failures + 1} attempts`
+            + ` in ${((Date.now() - started) / 1000).toFixed(1)}s, startupTimeout ${this.startupTimeout}s): ${oneLine(err)}:`
+            + ' check the host, port and database of the connection, and that the server is up', { cause: err });
+        }
+        await backoff.pause(this.log, `worker ${this.name}`, 'cannot connect', err, this.stopSignal.signal,
+          (deadline - Date.now()) / 1000);
+        continue;
+      }
+      try {
+        const { rows: [r] } = await client.query(CHECK);
+        if (!r.found) throw new WorkerSetupError(`worker ${this.name}: ${missingExtension(r.database, r.schema)}`);
+        return;
+      } finally {
+        await client.end().catch(() => {});
+      }
+    }
   }
 
   /**
@@ -237,6 +307,7 @@ export class Worker {
     } finally {
       if (signals) for (const s of ['SIGTERM', 'SIGINT']) process.off(s, onSignal);
     }
+    if (this.fatal instanceof WorkerSetupError) throw this.fatal;
     if (this.fatal) throw new WorkerSetupError(this.fatal.message, { cause: this.fatal });
   }
 
@@ -259,7 +330,17 @@ export class Worker {
       await Promise.race([Promise.all(this.loops), sleep(Math.min(200, Math.max(0, deadline - Date.now())))]);
     }
     const left = this.slots.filter((_, i) => !finished.has(i));
-    for (const slot of left) slot.abandoned.abort();
+    // An ack or nack on its way must land before the release, or the release
+    // commits first and a job whose handler succeeded runs again.  Once
+    // abandoned (aborted with no await after the wait), a slot sends no more.
+    for (const slot of left) {
+      const until = Date.now() + FINISH_WAIT;
+      while (slot.finishing && Date.now() < until) {
+        await Promise.race([slot.finishing.catch(() => {}), sleep(until - Date.now())]);
+      }
+      if (slot.finishing) this.log.error(`worker ${this.name}: ${slot.lockKey}: an ack or nack still unanswered after ${FINISH_WAIT / 1000}s: releasing anyway`);
+      slot.abandoned.abort();
+    }
     if (left.length) await this.#release(left.map((s) => s.lockKey));
     await Promise.all(this.slots.map((s) => (left.includes(s) ? null : this.#dropClient(s))));
     this.log.info(`worker ${this.name} stopped`);
@@ -348,7 +429,11 @@ export class Worker {
         }
       } catch (err) {
         if (err.code === '57014') continue; // stop() cancelled the waiting claim
-        if (SETUP_ERRORS.has(err.code)) { this.#fail(err); break; }
+        if (SETUP_ERRORS.has(err.code)) {
+          this.#fail(err.code !== '42883' ? err
+            : new WorkerSetupError(`${missingExtension(client.database)}: ${err.message}`, { cause: err }));
+          break;
+        }
         if (isConnectionError(err)) {
           await this.#dropClient(slot, client);
           claimLost = true;
@@ -431,16 +516,22 @@ export class Worker {
     for (;;) {
       const client = await this.#slotClient(slot, slot.abandoned.signal);
       if (!client) return;
+      if (slot.abandoned.signal.aborted) { // stop() released the job meanwhile
+        this.log.warn(`${slot.lockKey}: job ${job.id} released at shutdown before its ${error == null ? 'ack' : 'nack'} was sent`);
+        return;
+      }
+      // what stop() waits for before it releases (sent at once)
+      slot.finishing = (async () => (error == null ? client.query(ACK, [job.id, slot.lockKey])
+        : client.query(NACK, [job.id, slot.lockKey, error, seconds(retryIn)])))();
       try {
+        const { rows } = await slot.finishing.finally(() => { slot.finishing = null; });
         if (error == null) {
-          const { rows } = await client.query(ACK, [job.id, slot.lockKey]);
           if (!rows[0].ok) {
             const why = resent ? 'the ack sent before the connection was lost committed'
               : 'the job is no longer held (lease lost)';
             this.log[resent ? 'info' : 'error'](`${slot.lockKey}: ack of job ${job.id} answered false: ${why}`);
           }
         } else {
-          const { rows } = await client.query(NACK, [job.id, slot.lockKey, error, seconds(retryIn)]);
           if (rows[0].state == null && !resent) this.log.error(`${slot.lockKey}: nack of job ${job.id}: the job is no longer held`);
           else if (rows[0].state === 'failed') this.log.warn(`${slot.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
         }

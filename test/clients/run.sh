@@ -14,7 +14,9 @@
 # postgres-owned scratch directory, installs the Python package there with
 # pip (offline) and the Node package's dependency with npm, starts its own
 # server and PgBouncer on free ports of PGQ_PORTS (default 5600-5649) and
-# stops them at the end.
+# stops them at the end.  Last, the documented Node install line
+# (docs/clients.md, "Install") is run as written in an empty directory under
+# /tmp (pg from npm, or npm's cache).
 # Ends with "N passed, N failed".
 set -uo pipefail
 
@@ -82,9 +84,11 @@ log "installing the Python package (pip, offline) into a venv"
 		--no-index "$WORK/tree/clients/python") >>"$WORK/pip.log" 2>&1 ||
 	{ cat "$WORK/pip.log"; fail_setup "pip install clients/python failed"; }
 log "installing the Node package's dependencies (npm)"
-(cd "$WORK/tree/clients/node" && npm ci --no-audit --no-fund --loglevel=error &&
-	cd "$WORK/tree/examples" && npm ci --no-audit --no-fund --loglevel=error) >"$WORK/npm.log" 2>&1 ||
-	{ cat "$WORK/npm.log"; fail_setup "npm ci in clients/node or examples failed"; }
+# examples/ first, while clients/node has no node_modules/ (as in a fresh
+# checkout): its copy of pgqueue must find pg in examples/node_modules/
+(cd "$WORK/tree/examples" && npm ci --no-audit --no-fund --loglevel=error &&
+	cd "$WORK/tree/clients/node" && npm ci --no-audit --no-fund --loglevel=error) >"$WORK/npm.log" 2>&1 ||
+	{ cat "$WORK/npm.log"; fail_setup "npm ci in examples or clients/node failed"; }
 chown -R postgres: "$WORK"
 
 log "starting PostgreSQL ($("$PG_CONFIG" --version)) and PgBouncer"
@@ -168,6 +172,38 @@ for pass in direct pgbouncer; do
 	read -r ok bad skip < <(node_counts "$out")
 	count "node ($pass)" "$rc" "$ok" "$bad" "$skip"
 done
+
+# The Node install line(s) of docs/clients.md ("Install"), as written, in an
+# empty directory outside the repository, with /path/to/pgqueue a copy of
+# clients/node without node_modules/, as a user's checkout has it; then the
+# package must import, also after a plain `npm install` there.
+readme_npm_install() {
+	local pristine=$WORK/pristine app lines
+	lines=$(awk '/^## Install$/ { s = 1 } s && /^```sh/ { b = 1; next } b && /^```/ { exit } b' "$SRC/docs/clients.md" |
+		grep -E '^npm ' | sed -e "s|/path/to/pgqueue/|$pristine/|g")
+	[ -n "$lines" ] || { echo "no npm line in the Install section of docs/clients.md"; return 1; }
+	mkdir -p "$pristine" && tar -C "$SRC" --exclude=node_modules -cf - clients/node | tar -C "$pristine" -xf - ||
+		return 1
+	app=$(mktemp -d /tmp/pgq-readme-app.XXXXXX) || return 1
+	(
+		cd "$app" || exit 1
+		check='const m = await import("pgqueue");
+			if (typeof m.Worker !== "function") throw new Error("no Worker");
+			console.log("pgqueue imports:", Object.keys(m).join(" "))'
+		printf '$ %s\n' "$lines" && bash -ec "$lines" &&
+			node --input-type=module -e "$check" &&
+			echo '$ npm install' && npm install --no-audit --no-fund &&
+			node --input-type=module -e "$check"
+	)
+	local rc=$?
+	rm -rf "$app"
+	return $rc
+}
+log "the documented Node install line, in an empty directory"
+readme_npm_install >"$WORK/readme-npm.out" 2>&1
+rc=$?
+cat "$WORK/readme-npm.out"
+count "the documented Node install line" "$rc" "$((rc == 0))" "$((rc != 0))" 0
 
 if [ "$failed" != 0 ]; then
 	log "server log (tail)"

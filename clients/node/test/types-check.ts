@@ -13,10 +13,11 @@ async function main(): Promise<void> {
     if (job.tries > 3) throw new Retry(30, `later for ${to}`);
   });
   await w.run();
+  const started: Promise<void> = new Worker('postgres://app@localhost/app', { startupTimeout: 5 }).start();
   // @ts-expect-error concurrency is a number
   new Worker({ host: '/tmp' }, { concurrency: 'many' });
   // @ts-expect-error a job's id is a string
   w.handle('x', (job) => { const n: number = job.id; return n; });
-  void id; void ids;
+  void id; void ids; void started;
 }
 void main;

@@ -1,9 +1,11 @@
 // The Worker against a real server (and, in the second pass, PgBouncer).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import pg from 'pg';
 import { push, pushBatch, Retry, Worker, WorkerSetupError, formatError } from 'pgqueue';
 import {
   PASS, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName,
@@ -210,6 +212,39 @@ test('SIGTERM past the shutdown timeout releases the job', async () => {
   assert.match(fs.readFileSync(`${log}.stderr`, 'utf8'), /released 1 job\(s\)/);
 });
 
+test('stop() lets an ack on its way land before it releases what is still held', async () => {
+  // the handler is done and its ack on the way (slowed down here) when
+  // shutdownTimeout runs out: the job must not be released to run again
+  const q = queueName();
+  const id = await push(app, q);
+  const done = [];
+  const logger = keepingLogger();
+  let acks = 0;
+  const { query } = pg.Client.prototype;
+  pg.Client.prototype.query = function slowAck(text, ...rest) {
+    if (typeof text === 'string' && text.startsWith('SELECT pgq_ack(')) {
+      acks += 1;
+      return sleep(1500).then(() => query.call(this, text, ...rest));
+    }
+    return query.call(this, text, ...rest);
+  };
+  const w = worker(q, async (job) => { done.push(job.id); }, { concurrency: 1, wait: 2, shutdownTimeout: 0.5, logger });
+  try {
+    await waitUntil(() => acks, 20000, 'the ack');
+    await w.stop();
+    await w.running;
+    await sleep(2000); // an ack that stop() left behind lands now
+  } finally {
+    pg.Client.prototype.query = query;
+    // a slot that stop() left behind keeps its connection (and this process) open
+    await Promise.all(w.slots.map((s) => s.client?.end().catch(() => {})));
+  }
+  assert.deepEqual(done, [id]);
+  assert.equal(acks, 1);
+  assert.deepEqual(await jobRows(admin, q), [], 'the job was released while its ack was on its way');
+  assert.ok(!logger.lines.some((l) => /answered false|released 1 job/.test(l)), logger.lines.join('\n'));
+});
+
 test('the server restarted under a running worker: it reconnects, the rest is done once', async () => {
   const q = queueName();
   const ids = await pushBatch(app, q, Array.from({ length: 400 }, (_, n) => ({ n })));
@@ -233,6 +268,37 @@ test('a missing extension stops the worker with the reason', { skip: PASS !== 'd
   const w = new Worker({ ...config, database: 'postgres' }, { concurrency: 1, logger: quiet });
   w.handle(queueName(), async () => {});
   await assert.rejects(w.run({ signals: false }), (err) => err instanceof WorkerSetupError && /pgq_claim/.test(err.message));
+});
+
+test('start() without the extension says how to fix it', { skip: PASS !== 'direct' && 'direct pass only' }, async () => {
+  for (const how of ['run', 'start']) {
+    const w = new Worker({ ...config, database: 'postgres' }, { concurrency: 1, logger: quiet });
+    w.handle(queueName(), async () => {});
+    try {
+      await assert.rejects(how === 'start' ? w.start() : w.run({ signals: false }), (err) => err instanceof WorkerSetupError
+        && err.message.includes('database "postgres"') && err.message.includes('CREATE EXTENSION pgqueue'));
+    } finally {
+      await w.stop();
+    }
+  }
+});
+
+test('start() fails in bounded time where no server listens', async () => {
+  const port = await new Promise((resolve) => { // a port nothing listens on
+    const srv = net.createServer().listen(0, '127.0.0.1', () => { const p = srv.address().port; srv.close(() => resolve(p)); });
+  });
+  const w = new Worker({ host: '127.0.0.1', port, database: 'pgq_test', user: 'app' },
+    { concurrency: 2, startupTimeout: 1.5, reconnectMaxDelay: 0.5, logger: quiet });
+  w.handle(queueName(), async () => {});
+  const t0 = Date.now();
+  try {
+    await assert.rejects(w.start(), (err) => err instanceof WorkerSetupError
+      && /cannot connect .*attempts.*startupTimeout 1\.5s.*port/.test(err.message));
+  } finally {
+    await w.stop();
+  }
+  const took = (Date.now() - t0) / 1000;
+  assert.ok(took > 1.4 && took < 4, String(took));
 });
 
 test('formatError: name, message and the top of the stack', () => {

@@ -6,19 +6,33 @@ registered queues, the queue's handler, then ``pgq_ack`` on success or
 ``pgq_nack`` with the error.  One heartbeat thread with a connection of its
 own extends the lease of every running job at a third of the lease.
 
+A handler may be a coroutine function (``async def``), or any function that
+returns an awaitable: the awaitable is awaited to completion on an event
+loop of the slot's thread (one loop per slot, made on its first such job and
+reused), and its outcome counts as a plain handler's would.  The loop runs
+only while a handler is awaited.
+
 Failure handling, in short:
 
 * handler raises: nack with ``Type: message`` and the traceback's tail
   (``Retry(delay)`` picks the retry delay);
 * lease lost (``pgq_extend`` answered NULL): the result is not acked, and
   this is logged;
+* an extension that fails otherwise is logged and tried again a quarter
+  period later; each runs with ``statement_timeout`` at ``lease / 6`` (at
+  most ``EXTEND_TIMEOUT_MAX``), so a stalled one cannot hold up the others,
+  and nothing ends the heartbeat thread but ``stop()``;
+* an ack or nack that fails otherwise than by the connection is tried
+  ``FINISH_ATTEMPTS`` times, then logged (the lease runs out); nothing ends
+  a slot's thread but the worker's stop;
 * connection lost: the slot reconnects with exponential backoff and retries
   the ack or nack it was sending (a second ack of a job that was acked
   answers false and changes nothing); a claim whose answer was lost is
   undone at once with ``pgq_release`` of the slot's key;
 * SIGTERM/SIGINT (``run()``): no new claims (waiting claims are cancelled),
   running handlers get ``shutdown_timeout`` seconds to finish, then the
-  jobs still held are given back with ``pgq_release``.
+  jobs still held are given back with ``pgq_release`` (after any ack or
+  nack already sent has been answered, ``FINISH_WAIT`` at most).
 
 Nothing here keeps session state on the server and no statement is prepared
 on it unless ``prepare_threshold`` asks for it, so a worker runs unchanged
@@ -27,8 +41,11 @@ through PgBouncer in transaction pooling.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import itertools
 import logging
+import math
 import os
 import random
 import signal
@@ -57,6 +74,8 @@ _slot_numbers = itertools.count()
 _CLAIM = ("SELECT id, queue, payload, tries, version, lock_timeout"
           " FROM pgq_claim(%s, 1, %s, %s, %s)")
 _EXTEND = "SELECT pgq_extend(%s, %s, %s)"
+# for the extend's transaction only (PgBouncer-safe, unlike a session SET)
+_EXTEND_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
 _ACK = "SELECT pgq_ack(%s, %s)"
 _NACK = "SELECT pgq_nack(%s, %s, %s, %s)"
 _RELEASE = "SELECT pgq_release(%s)"
@@ -66,9 +85,39 @@ _SETUP_ERRORS = (psycopg.errors.UndefinedFunction,
                  psycopg.errors.InsufficientPrivilege,
                  psycopg.errors.InvalidParameterValue)
 
+# What start() checks on its first connection: is pgq_claim there, and
+# where is the extension (if anywhere)?
+_CHECK = ("SELECT current_database(),"
+          " to_regprocedure('pgq_claim(text, int, interval, text[], interval)') IS NOT NULL,"
+          " (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+          "   WHERE e.extname = 'pgqueue')")
+
+
+def missing_extension(database: str, schema: Optional[str] = None) -> str:
+    """What a worker says when pgq_claim is not there (Node's says the same)."""
+    if schema is not None:
+        return (f"pgqueue is installed in schema {schema} of database \"{database}\", which "
+                f"is not on this connection's search_path (pgq_claim was not found): add "
+                f"it to the role's search_path (ALTER ROLE ... SET search_path = ...)")
+    return (f"the pgqueue extension is not installed in database \"{database}\" (pgq_claim "
+            f"does not exist): run CREATE EXTENSION pgqueue; in that database, or connect "
+            f"the worker to the database where it is installed")
+
 #: How much of a traceback goes into the job's last_error.
 TRACEBACK_FRAMES = 5
 ERROR_MAX_CHARS = 4000
+
+#: The longest an extension may take (statement_timeout), in seconds; it is
+#: at most half the heartbeat's period (lease / 6) anyway.
+EXTEND_TIMEOUT_MAX = 10.0
+
+#: Attempts at an ack or nack that fails for another reason than the
+#: connection (a lost connection is retried until it comes back).
+FINISH_ATTEMPTS = 3
+
+#: At shutdown, how long past shutdown_timeout an ack or nack already sent
+#: may take before the jobs still held are released anyway, in seconds.
+FINISH_WAIT = 10.0
 
 
 @dataclass
@@ -120,7 +169,46 @@ class _Slot:
         # set at shutdown when the handler outlived shutdown_timeout: its
         # job is released, so its result must not be acked any more
         self.abandoned = threading.Event()
+        # an ack or nack is on its way (set and cleared under lock, with
+        # `finished` notified): stop() waits for it before releasing
+        self.finishing = False
+        self.finished = threading.Condition(self.lock)
         self.backoff = _Backoff(reconnect_max_delay)
+        # where the slot's async handlers run (made on the first one)
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def call(self, handler: Handler, job: "Job") -> Any:
+        """``handler(job)``, and when it returns an awaitable, that awaited."""
+        result = handler(job)
+        if not inspect.isawaitable(result):
+            return result
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+        try:
+            return self.loop.run_until_complete(_awaited(result))
+        except asyncio.CancelledError as err:  # a BaseException: make it the job's failure
+            raise RuntimeError("the handler's awaitable was cancelled") from err
+
+    def close_loop(self) -> None:
+        """Cancel what async handlers left running, then close the loop."""
+        loop, self.loop = self.loop, None
+        if loop is None:
+            return
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 class Worker:
@@ -130,6 +218,8 @@ class Worker:
     >>> @w.handler("emails")
     ... def send(job): ...
     >>> w.run()          # until SIGTERM or SIGINT
+
+    A handler may also be ``async def``: see the module's docstring.
 
     ``conninfo`` is a libpq connection string (PgBouncer's address works).
     ``concurrency``: handlers that run at once (threads, one connection
@@ -142,6 +232,8 @@ class Worker:
     the lock_key prefix, ``host:pid`` by default; slot n's key is
     ``name:n``.  ``prepare_threshold``: psycopg's, None (never prepare on
     the server) by default so that PgBouncer's transaction pooling works.
+    ``startup_timeout``: seconds :meth:`start` tries to connect (with
+    backoff) before it raises :class:`WorkerSetupError`.
     """
 
     def __init__(
@@ -157,6 +249,7 @@ class Worker:
         prepare_threshold: Optional[int] = None,
         reconnect_max_delay: float = 10.0,
         connect_kwargs: Optional[Dict[str, Any]] = None,
+        startup_timeout: float = 30.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -173,6 +266,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.prepare_threshold = prepare_threshold
         self.reconnect_max_delay = reconnect_max_delay
+        self.startup_timeout = startup_timeout
         self.connect_kwargs = {"connect_timeout": 10, "application_name": "pgqueue worker"}
         self.connect_kwargs.update(connect_kwargs or {})
         self._handlers: Dict[str, Handler] = {}
@@ -206,12 +300,20 @@ class Worker:
     # -- running --------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the slots and the heartbeat in background threads; returns at once."""
+        """Check the setup, then start the slots and the heartbeat in background threads.
+
+        The check connects (retried with backoff for up to ``startup_timeout``
+        seconds) and looks for the extension; it raises
+        :class:`WorkerSetupError` saying what to fix when the server cannot be
+        reached or pgqueue is not installed in the database.  Once started,
+        a lost server is waited for (reconnection with backoff).
+        """
         if not self._handlers:
             raise WorkerSetupError("no handler registered: call register(queue, fn) first")
         if self._started:
             raise RuntimeError("a Worker runs once; make a new one")
         self._started = True
+        self._check_setup()
         self._heartbeat = _Heartbeat(self)
         self._heartbeat.start()
         for _ in range(self.concurrency):
@@ -225,6 +327,34 @@ class Worker:
         for slot in self._slots:
             assert slot.thread is not None
             slot.thread.start()
+
+    def _check_setup(self) -> None:
+        """The first connection, within startup_timeout, and the extension's presence."""
+        started = time.monotonic()
+        deadline = started + self.startup_timeout
+        backoff = _Backoff(self.reconnect_max_delay)
+        while True:
+            # libpq's connect_timeout is whole seconds, at least 2
+            left = max(2, math.ceil(deadline - time.monotonic()))
+            timeout = min(int(self.connect_kwargs.get("connect_timeout") or left), left)
+            try:
+                conn = self._connect(connect_timeout=timeout)
+                break
+            except psycopg.OperationalError as err:
+                if self._stopping.is_set() or time.monotonic() >= deadline:
+                    raise WorkerSetupError(
+                        f"worker {self.name}: cannot connect to the server "
+                        f"({backoff.failures + 1} attempts in "
+                        f"{time.monotonic() - started:.1f}s, startup_timeout "
+                        f"{self.startup_timeout}s): {' '.join(str(err).split())}: check "
+                        f"the host, port and database of the connection string, and that "
+                        f"the server is up") from err
+                backoff.pause(f"worker {self.name}", "cannot connect", err, self._stopping,
+                              limit=deadline - time.monotonic())
+        with conn:
+            database, found, schema = conn.execute(_CHECK).fetchone()
+        if not found:
+            raise WorkerSetupError(f"worker {self.name}: {missing_extension(database, schema)}")
 
     def run(self, install_signal_handlers: bool = True) -> None:
         """Start, then block until SIGTERM/SIGINT (or :meth:`request_stop`), then stop.
@@ -244,6 +374,8 @@ class Worker:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
+        if isinstance(self._fatal, WorkerSetupError):
+            raise self._fatal
         if self._fatal is not None:
             raise WorkerSetupError(str(self._fatal)) from self._fatal
 
@@ -277,7 +409,14 @@ class Worker:
             alive[0].thread.join(min(0.2, max(0.0, deadline - time.monotonic())))
         left = [s for s in self._slots if s.thread and s.thread.is_alive()]
         for slot in left:
-            slot.abandoned.set()
+            # An ack or nack on its way must land before the release, or the
+            # release commits first and a job whose handler succeeded runs
+            # again.  Under the slot's lock: once abandoned, it sends no more.
+            with slot.lock:
+                if not slot.finished.wait_for(lambda: not slot.finishing, FINISH_WAIT):
+                    log.error("worker %s: %s: an ack or nack still unanswered after %ss: "
+                              "releasing anyway", self.name, slot.lock_key, FINISH_WAIT)
+                slot.abandoned.set()
         if left:
             self._release([s.lock_key for s in left])
         if self._heartbeat is not None:
@@ -302,18 +441,20 @@ class Worker:
             with self._connect() as conn:
                 for key in keys:
                     n = conn.execute(_RELEASE, [key]).fetchone()[0]
-                    log.warning("worker %s: handler still running at shutdown: "
-                                "released %d job(s) of %s", self.name, n, key)
+                    # none: the slot had just finished its job
+                    log.log(logging.WARNING if n else logging.DEBUG,
+                            "worker %s: handler still running at shutdown: "
+                            "released %d job(s) of %s", self.name, n, key)
         except psycopg.Error as err:
             log.error("worker %s: could not release %s at shutdown (their leases will "
                       "run out instead): %s", self.name, ", ".join(keys), err)
 
     # -- connections ------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection:
+    def _connect(self, **overrides: Any) -> psycopg.Connection:
         return psycopg.connect(self.conninfo, autocommit=True,
                                prepare_threshold=self.prepare_threshold,
-                               **self.connect_kwargs)
+                               **{**self.connect_kwargs, **overrides})
 
     def _reconnect(self, what: str, backoff: "_Backoff",
                    give_up: threading.Event) -> Optional[psycopg.Connection]:
@@ -354,6 +495,12 @@ class Worker:
     # -- one slot ---------------------------------------------------------------
 
     def _slot_loop(self, slot: _Slot) -> None:
+        try:
+            self._slot_jobs(slot)
+        finally:
+            slot.close_loop()
+
+    def _slot_jobs(self, slot: _Slot) -> None:
         queues = sorted(self._handlers)
         lease = timedelta(seconds=self.lease)
         wait = timedelta(seconds=self.wait)
@@ -383,12 +530,21 @@ class Worker:
             except psycopg.errors.QueryCanceled:
                 continue  # stop() cancelled the waiting claim: nothing was claimed
             except _SETUP_ERRORS as err:
+                if isinstance(err, psycopg.errors.UndefinedFunction):
+                    err = WorkerSetupError(f"{missing_extension(conn.info.dbname)}: {err}")
                 self._fail(err)
                 break
             except psycopg.OperationalError as err:
                 self._drop_conn(slot)
                 claim_lost = True
                 slot.backoff.pause(slot.lock_key, "connection lost while claiming", err,
+                                   self._stopping)
+                continue
+            except Exception as err:  # not the connection: the slot goes on after a pause
+                if not isinstance(err, psycopg.Error):
+                    self._drop_conn(slot)
+                    claim_lost = True
+                slot.backoff.pause(slot.lock_key, f"claim failed: {type(err).__name__}", err,
                                    self._stopping)
                 continue
             slot.backoff.reset()
@@ -400,6 +556,9 @@ class Worker:
                 slot.state = _Slot.RUNNING
             try:
                 self._run_job(slot, job)
+            except Exception:  # a bug of ours: the slot must not die of it
+                log.exception("%s: unexpected error with job %s (its lease will run out)",
+                              slot.lock_key, job.id)
             finally:
                 with slot.lock:
                     slot.state = _Slot.IDLE
@@ -412,7 +571,7 @@ class Worker:
         retry_in = self.retry_delay
         try:
             log.debug("%s: job %s of %s, try %d", slot.lock_key, job.id, job.queue, job.tries)
-            handler(job)
+            slot.call(handler, job)
         except Retry as r:
             error, retry_in = f"Retry: {r.message}", r.delay
         except Exception as exc:  # a handler's failure is the job's, not the worker's
@@ -433,26 +592,46 @@ class Worker:
 
     def _finish(self, slot: _Slot, job: Job, error: Optional[str],
                 retry_in: Optional[timedelta]) -> None:
-        """Ack (error None) or nack the job, retried across lost connections."""
+        """Ack (error None) or nack the job, retried across lost connections.
+
+        Any other error is retried FINISH_ATTEMPTS times in all, then logged:
+        the job's lease runs out and it runs again.
+        """
         resent = False
+        failures = 0
+        what = "ack" if error is None else "nack"
         while True:
             conn = self._slot_conn(slot, slot.abandoned)
             if conn is None:
                 return
+            with slot.lock:
+                if slot.abandoned.is_set():  # stop() released the job meanwhile
+                    log.warning("%s: job %s released at shutdown before its %s was sent",
+                                slot.lock_key, job.id, what)
+                    return
+                slot.finishing = True
             try:
+                try:
+                    if error is None:
+                        answer = conn.execute(_ACK, [job.id, slot.lock_key]).fetchone()[0]
+                    else:
+                        answer = conn.execute(_NACK, [job.id, slot.lock_key, error,
+                                                      retry_in]).fetchone()[0]
+                finally:
+                    with slot.lock:
+                        slot.finishing = False
+                        slot.finished.notify_all()
                 if error is None:
-                    ok = conn.execute(_ACK, [job.id, slot.lock_key]).fetchone()[0]
-                    if not ok:
+                    if not answer:
                         log.log(logging.INFO if resent else logging.ERROR,
                                 "%s: ack of job %s answered false: %s", slot.lock_key, job.id,
                                 "the ack sent before the connection was lost committed"
                                 if resent else "the job is no longer held (lease lost)")
                 else:
-                    state = conn.execute(_NACK, [job.id, slot.lock_key, error, retry_in]).fetchone()[0]
-                    if state is None and not resent:
+                    if answer is None and not resent:
                         log.error("%s: nack of job %s: the job is no longer held",
                                   slot.lock_key, job.id)
-                    elif state == "failed":
+                    elif answer == "failed":
                         log.warning("%s: job %s of %s failed for good after %d tries",
                                     slot.lock_key, job.id, job.queue, job.tries)
                 slot.backoff.reset()
@@ -464,6 +643,18 @@ class Worker:
                 resent = True
                 slot.backoff.pause(slot.lock_key, f"connection lost finishing job {job.id}",
                                    err, slot.abandoned)
+            except Exception as err:
+                failures += 1
+                if not isinstance(err, psycopg.Error):
+                    self._drop_conn(slot)  # who knows what state the connection is in
+                    resent = True  # nor whether the statement was sent
+                if failures >= FINISH_ATTEMPTS:
+                    log.error("%s: could not %s job %s after %d attempts (its lease will run "
+                              "out and it will run again): %s: %s", slot.lock_key, what, job.id,
+                              failures, type(err).__name__, " ".join(str(err).split()))
+                    return
+                slot.backoff.pause(slot.lock_key, f"{what} of job {job.id} failed: "
+                                   f"{type(err).__name__}", err, slot.abandoned)
 
 
 class _Heartbeat:
@@ -473,6 +664,10 @@ class _Heartbeat:
         self.worker = worker
         self.period = worker.lease / 3
         self.lease = timedelta(seconds=worker.lease)
+        # an extension that takes longer is cancelled (and tried again after
+        # `retry`): one stalled extension must not hold up the others
+        self.timeout = f"{max(1, int(min(self.period / 2, EXTEND_TIMEOUT_MAX) * 1000))}ms"
+        self.retry = self.period / 4
         self.due: Dict[UUID, float] = {}
         self.jobs: Dict[UUID, Job] = {}
         self.cond = threading.Condition()
@@ -489,8 +684,9 @@ class _Heartbeat:
             self.done.set()
             self.cond.notify()
         self.thread.join(5)
-        if self.conn is not None:
-            self.conn.close()
+        conn = self.conn
+        if conn is not None:
+            conn.close()
 
     def add(self, job: Job) -> None:
         # No wake-up needed: the loop never sleeps longer than a period, and
@@ -516,35 +712,79 @@ class _Heartbeat:
                 self.cond.wait(timeout)
             return []
 
-    def _loop(self) -> None:
-        while True:
-            jobs = self._next_due()
-            if not jobs:
-                return
-            if self.conn is None or self.conn.closed:
-                self.conn = self.worker._reconnect("heartbeat", self.backoff, self.done)
-                if self.conn is None:
-                    return
+    def _later(self, jobs: List[Job]) -> None:
+        """Try these jobs' extensions again a quarter period from now."""
+        with self.cond:
             for job in jobs:
-                try:
-                    until = self.conn.execute(_EXTEND, [job.id, job.lock_key, self.lease]).fetchone()[0]
-                except psycopg.OperationalError as err:
-                    self.conn.close()
-                    self.backoff.pause("heartbeat", "connection lost", err, self.done)
-                    break
-                self.backoff.reset()
-                with self.cond:
-                    if job.id not in self.jobs:
-                        continue  # finished meanwhile
-                    if until is None:
-                        job._lost.set()
-                        self.jobs.pop(job.id)
-                        self.due.pop(job.id)
-                        log.error("%s: lease of job %s lost (pgq_extend answered NULL): "
-                                  "its result will not be acked", job.lock_key, job.id)
-                    else:
-                        job.lock_timeout = until
-                        self.due[job.id] = time.monotonic() + self.period
+                if job.id in self.due:
+                    self.due[job.id] = time.monotonic() + self.retry
+
+    def _drop_conn(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
+
+    def _loop(self) -> None:
+        """Until stop(): whatever goes wrong is logged and the loop goes on."""
+        while not self.done.is_set():
+            jobs: List[Job] = []
+            try:
+                jobs = self._next_due()
+                if jobs:
+                    self._extend_all(jobs)
+            except Exception as err:  # the heartbeat must not die: every lease hangs on it
+                log.exception("heartbeat: unexpected error (going on, on a new connection): %s",
+                              err)
+                self._drop_conn()
+                self._later(jobs)
+                self.done.wait(self.retry)
+
+    def _extend(self, conn: psycopg.Connection, job: Job) -> Optional[datetime]:
+        with conn.transaction():
+            conn.execute(_EXTEND_TIMEOUT, [self.timeout])
+            return conn.execute(_EXTEND, [job.id, job.lock_key, self.lease]).fetchone()[0]
+
+    def _extend_all(self, jobs: List[Job]) -> None:
+        if self.conn is None or self.conn.closed:
+            self.conn = self.worker._reconnect("heartbeat", self.backoff, self.done)
+            if self.conn is None:
+                return
+        for job in jobs:
+            try:
+                until = self._extend(self.conn, job)
+            except psycopg.errors.QueryCanceled as err:
+                # statement_timeout: this extension stalled (a lock?); the
+                # others go on, this one is tried again soon
+                log.warning("heartbeat: extending job %s was cancelled (statement_timeout %s), "
+                            "trying again in %.2fs: %s", job.id, self.timeout, self.retry,
+                            " ".join(str(err).split()))
+                self._later([job])
+                continue
+            except psycopg.OperationalError as err:
+                self._drop_conn()
+                self.backoff.pause("heartbeat", "connection lost", err, self.done)
+                return  # the jobs left are still due: extended on the new connection
+            except Exception as err:
+                log.error("heartbeat: extending job %s failed, trying again in %.2fs: %s: %s",
+                          job.id, self.retry, type(err).__name__, " ".join(str(err).split()))
+                self._later([job])
+                if not isinstance(err, psycopg.Error):
+                    self._drop_conn()  # who knows what state the connection is in
+                    return
+                continue
+            self.backoff.reset()
+            with self.cond:
+                if job.id not in self.jobs:
+                    continue  # finished meanwhile
+                if until is None:
+                    job._lost.set()
+                    self.jobs.pop(job.id)
+                    self.due.pop(job.id)
+                    log.error("%s: lease of job %s lost (pgq_extend answered NULL): "
+                              "its result will not be acked", job.lock_key, job.id)
+                else:
+                    job.lock_timeout = until
+                    self.due[job.id] = time.monotonic() + self.period
 
 
 class _Backoff:
@@ -562,11 +802,17 @@ class _Backoff:
         self.delay = 0.0
         self.failures = 0
 
-    def pause(self, who: str, what: str, err: BaseException, give_up: threading.Event) -> None:
-        """Log the failure, then wait the next delay (or until ``give_up`` is set)."""
+    def pause(self, who: str, what: str, err: BaseException, give_up: threading.Event,
+              limit: Optional[float] = None) -> None:
+        """Log the failure, then wait the next delay (or until ``give_up`` is set).
+
+        ``limit``: the longest wait, in seconds.
+        """
         self.failures += 1
         self.delay = min(max(self.delay * 2, self.FIRST), self.maximum)
         pause = self.delay * random.uniform(0.5, 1.0)
+        if limit is not None:
+            pause = max(0.0, min(pause, limit))
         log.warning("%s: %s (failure %d, next try in %.2fs): %s", who, what, self.failures,
                     pause, " ".join(str(err).split()))
         give_up.wait(pause)

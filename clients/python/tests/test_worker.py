@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -152,6 +153,217 @@ def test_lost_lease_is_not_acked(app, admin, queue, running, caplog):
                for m in caplog.messages), caplog.messages
 
 
+def test_async_handler_is_awaited_then_acked_or_nacked(app, admin, queue, running):
+    """``async def`` handlers (and handlers returning an awaitable) are awaited."""
+    admin.execute("SELECT pgq_configure(%s, max_tries => 1)", [queue])
+    other = queue + "_aw"
+    good = pgqueue.push_batch(app, queue, [{"n": i} for i in range(6)])
+    bad = pgqueue.push(app, queue, {"fail": True})
+    via_lambda = pgqueue.push(app, other, {"n": 99})
+    done: list[str] = []
+    loops: dict[str, set[int]] = collections.defaultdict(set)
+
+    async def handle(job: pgqueue.Job) -> None:
+        await asyncio.sleep(0.02)
+        loops[threading.current_thread().name].add(id(asyncio.get_running_loop()))
+        if job.payload.get("fail"):
+            raise ValueError("async boom")
+        done.append(str(job.id))
+
+    w = pgqueue.Worker(DSN, concurrency=2, wait=2)
+    w.register(queue, handle)
+    w.register(other, lambda job: handle(job))  # a plain function returning a coroutine
+    r = running(w)
+    wait_until(lambda: [s for _, s, _, _, _ in job_rows(admin, queue)] == ["failed"], 30,
+               "the failing job to be nacked")
+    wait_until(lambda: len(done) >= 7 and not job_rows(admin, other), 30, "the acks")
+    r.stop()
+    assert sorted(done) == sorted(str(i) for i in [*good, via_lambda])
+    (jid, _, _, last_error, _), = job_rows(admin, queue)
+    assert jid == bad and last_error.startswith("ValueError: async boom\nTraceback")
+    assert "in handle" in last_error
+    # one event loop per slot thread, reused from job to job
+    assert loops and all(len(ids) == 1 for ids in loops.values()), loops
+
+
+def test_async_handler_keeps_its_lease(app, admin, queue, running):
+    pgqueue.push(app, queue)
+    seen: list[tuple] = []
+
+    async def slow(job: pgqueue.Job) -> None:
+        first = job.lock_timeout
+        await asyncio.sleep(2)
+        seen.append((first, job.lock_timeout, job.lease_lost))
+
+    w = pgqueue.Worker(DSN, concurrency=1, lease=1.5, wait=2)
+    w.register(queue, slow)
+    r = running(w)
+    wait_until(lambda: seen and not job_rows(admin, queue), 20, "the ack")
+    r.stop()
+    (first, last, lost), = seen
+    assert last > first and not lost  # the heartbeat extended it while awaited
+
+
+class _Flaky:
+    """A connection whose ``execute`` raises ``errors[word]`` (in turn) on
+    statements containing ``word``, then behaves; an entry that is a function
+    is called instead, before the statement is sent (a delay, say).
+    ``sent[word]`` counts those statements that went through."""
+
+    def __init__(self, conn: psycopg.Connection, errors: dict[str, list]) -> None:
+        self._conn, self._errors = conn, errors
+        self.sent: collections.Counter[str] = collections.Counter()
+
+    def execute(self, query, params=None):
+        word = next((w for w in self._errors if w in query), None)
+        if word is not None and self._errors[word]:
+            fault = self._errors[word].pop(0)
+            if not callable(fault):
+                raise fault
+            fault()
+        cur = self._conn.execute(query, params)
+        if word is not None:
+            self.sent[word] += 1
+        return cur
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+class _FlakyWorker(pgqueue.Worker):
+    """A Worker whose connections made in threads named ``thread*`` are _Flaky."""
+
+    def __init__(self, *args, thread: str, errors: dict[str, list], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.flaky: list[_Flaky] = []
+        self._flaky_args = (thread, errors)
+
+    def _connect(self, **overrides):
+        conn = super()._connect(**overrides)
+        thread, errors = self._flaky_args
+        if not threading.current_thread().name.startswith(thread):
+            return conn
+        self.flaky.append(_Flaky(conn, errors))
+        return self.flaky[-1]
+
+    def sent(self, word: str) -> int:
+        return sum(f.sent[word] for f in self.flaky)
+
+
+def test_heartbeat_survives_errors_that_are_not_the_connection(app, admin, queue, running,
+                                                               caplog):
+    """pgq_extend raises a DataError, then a RuntimeError: the lease is still extended."""
+    pgqueue.push(app, queue)
+    seen: list[tuple] = []
+
+    def slow(job: pgqueue.Job) -> None:
+        first = job.lock_timeout
+        time.sleep(3)
+        seen.append((first, job.lock_timeout, job.lease_lost))
+
+    w = _FlakyWorker(DSN, concurrency=1, lease=1.5, wait=2, thread="pgqueue-heartbeat",
+                     errors={"pgq_extend": [psycopg.errors.DataError("injected DataError"),
+                                            RuntimeError("injected RuntimeError")]})
+    w.register(queue, slow)
+    with caplog.at_level(logging.WARNING, logger="pgqueue.worker"):
+        r = running(w)
+        wait_until(lambda: seen and not job_rows(admin, queue), 20, "the ack")
+        r.stop()
+    (first, last, lost), = seen
+    extends = w.sent("pgq_extend")
+    # 3 s at a period of 0.5 s: about 6 extends, the first two failing
+    assert extends >= 3 and last > first and not lost, (extends, first, last)
+    text = "\n".join(caplog.messages)
+    assert "injected DataError" in text and "injected RuntimeError" in text, text
+
+
+def test_a_slot_survives_errors_of_its_claim_and_ack(app, admin, queue, running, caplog):
+    """A claim and two acks raise errors that are not the connection's: the
+    slot goes on, the ack is sent again, the next job is done too."""
+    ids = pgqueue.push_batch(app, queue, [{"n": 0}, {"n": 1}])
+    done: list[str] = []
+    w = _FlakyWorker(DSN, concurrency=1, wait=2, reconnect_max_delay=0.5, thread="pgqueue-slot",
+                     errors={"pgq_claim": [psycopg.errors.InternalError_("injected claim error")],
+                             "pgq_ack": [psycopg.errors.DataError("injected DataError"),
+                                         RuntimeError("injected RuntimeError")]})
+    w.register(queue, lambda job: done.append(str(job.id)))
+    with caplog.at_level(logging.WARNING, logger="pgqueue.worker"):
+        r = running(w)
+        wait_until(lambda: not job_rows(admin, queue), 20, "both jobs acked")
+        r.stop()
+    assert sorted(done) == sorted(str(i) for i in ids)  # each ran once: the acks went through
+    assert w.sent("pgq_ack") == 2
+    text = "\n".join(caplog.messages)
+    assert all(m in text for m in ("injected claim error", "injected DataError",
+                                   "injected RuntimeError")), text
+
+
+def test_shutdown_waits_for_an_ack_in_flight_before_releasing(app, admin, queue, running,
+                                                              caplog):
+    """The handler is done and its ack on the way (slowed down here) when
+    shutdown_timeout runs out: stop() lets the ack finish before it releases
+    what is still held, so the job is not given back to run again."""
+    job_id = pgqueue.push(app, queue)
+    done: list[str] = []
+    acking = threading.Event()
+
+    def slow_ack() -> None:
+        acking.set()
+        time.sleep(1.5)  # the ack's round trip, past the shutdown deadline
+
+    w = _FlakyWorker(DSN, concurrency=1, wait=2, shutdown_timeout=0.5, thread="pgqueue-slot",
+                     errors={"pgq_ack": [slow_ack]})
+    w.register(queue, lambda job: done.append(str(job.id)))
+    with caplog.at_level(logging.INFO, logger="pgqueue.worker"):
+        r = running(w)
+        assert acking.wait(20)
+        r.stop()
+        # the slot's thread, if stop() left it behind, sends its ack now
+        wait_until(lambda: not any(s.thread.is_alive() for s in w._slots), 10, "the slot to end")
+    assert done == [str(job_id)]
+    assert job_rows(admin, queue) == [], "the job was released while its ack was in flight"
+    assert w.sent("pgq_ack") == 1
+    assert not any("answered false" in m or "released 1 job" in m for m in caplog.messages), \
+        caplog.messages
+
+
+def test_a_stalled_extend_does_not_hold_up_the_other_leases(app, admin, queue, running):
+    """Extends time out (statement_timeout), so one job's stalled extend (its row
+    locked) does not stop the other job's lease from being extended."""
+    stuck, other = pgqueue.push_batch(app, queue, [{"n": 0}, {"n": 1}])
+    started = {}
+    changes: dict[str, list[float]] = collections.defaultdict(list)
+    results = {}
+
+    def handle(job: pgqueue.Job) -> None:
+        started[str(job.id)] = True
+        last = job.lock_timeout
+        end = time.monotonic() + 5.5
+        while time.monotonic() < end:
+            if job.lock_timeout != last:
+                last = job.lock_timeout
+                changes[str(job.id)].append(time.monotonic())
+            time.sleep(0.02)
+        results[str(job.id)] = job.lease_lost
+
+    w = pgqueue.Worker(DSN, concurrency=2, lease=3, wait=2)
+    w.register(queue, handle)
+    r = running(w)
+    wait_until(lambda: len(started) == 2, 20, "both handlers")
+    with psycopg.connect(os.environ["PGQ_ADMIN_DSN"]) as locker:
+        locker.execute("SELECT 1 FROM pgqueue.work_queue WHERE id = %s FOR UPDATE", [stuck])
+        t0 = time.monotonic()
+        time.sleep(3)
+        t1 = time.monotonic()
+        locker.rollback()
+    wait_until(lambda: len(results) == 2 and not job_rows(admin, queue), 20, "the acks")
+    r.stop()
+    during = [t for t in changes[str(other)] if t0 < t < t1]
+    # a period of 1 s: the other job's lease moved on while the first was stuck
+    assert len(during) >= 2, (changes, t0, t1)
+    assert results == {str(stuck): False, str(other): False}
+
+
 def _proc(queue: str, log: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, os.path.join(HERE, "worker_proc.py"),
                              DSN, queue, log, *args],
@@ -261,6 +473,42 @@ def test_missing_extension_stops_the_worker_with_a_reason(queue):
     w.register(queue, lambda job: None)
     with pytest.raises(pgqueue.WorkerSetupError, match="pgq_claim"):
         w.run(install_signal_handlers=False)
+
+
+@pytest.mark.direct_only
+def test_start_without_the_extension_says_how_to_fix_it(queue):
+    for start in ("run", "start"):
+        w = pgqueue.Worker(DSN.replace("dbname=pgq_test", "dbname=postgres"), concurrency=1)
+        w.register(queue, lambda job: None)
+        try:
+            with pytest.raises(pgqueue.WorkerSetupError) as caught:
+                if start == "start":
+                    w.start()  # raises itself, before any thread starts
+                else:
+                    w.run(install_signal_handlers=False)
+        finally:
+            w.stop()
+        msg = str(caught.value)
+        assert 'database "postgres"' in msg and "CREATE EXTENSION pgqueue" in msg, msg
+
+
+def test_start_fails_in_bounded_time_where_no_server_listens(queue):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    w = pgqueue.Worker(f"host=127.0.0.1 port={port} dbname=pgq_test user=app", concurrency=2,
+                       startup_timeout=1.5, reconnect_max_delay=0.5)
+    w.register(queue, lambda job: None)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(pgqueue.WorkerSetupError, match=r"cannot connect .*attempts.*"
+                                                           r"startup_timeout 1\.5s.*port"):
+            w.start()
+    finally:
+        w.stop()
+    took = time.monotonic() - t0
+    assert 1.4 < took < 4, took
+    assert not w.lock_keys  # no slot was started
 
 
 def test_format_error_has_type_message_and_traceback_tail():
