@@ -2,6 +2,7 @@
 MODULE_big = pgqueue
 OBJS = \
 	src/pgqueue.o \
+	src/common.o \
 	src/api.o \
 	src/admin.o \
 	src/archive.o \

@@ -397,25 +397,41 @@ extern const char *pgq_nack_job(Datum id, text *key, text *error,
 extern void pgq_uuid7(pg_uuid_t *uuid);
 
 
-/* api.c helpers shared with schedule.c, admin.c and archive.c */
+/* common.c: the helpers of every layer */
+
+/* A statement that pgq_subxact runs (pgq_execute_moving, admin.c). */
+typedef struct PgqStatement
+{
+	SPIPlanPtr	plan;
+	Datum	   *args;
+	const char *nulls;
+	int			rc;				/* SPI result code */
+} PgqStatement;
+
 extern int	pgq_spi_ddl(const char *sql);
 extern bool pgq_in_own_ddl(void);
 extern SPIPlanPtr pgq_keep_plan(SPIPlanPtr *cache, const char *sql,
 								int nargs, Oid *argtypes);
-extern PgqLayout pgq_layout(void);
-extern int	pgq_max_items_arg(FunctionCallInfo fcinfo, int argno);
 extern int	pgq_spi_connect(void);
 extern void pgq_spi_finish(int nest);
+extern ErrorData *pgq_subxact(void (*fn) (void *), void *arg, int catch_code);
+extern void pgq_upkeep_try(void (*fn) (void *), void *arg, const char *what,
+						   const char *hint);
+extern int	pgq_execute_moving(SPIPlanPtr plan, Datum *args, const char *nulls);
+extern int64 pgq_interval_usecs(Datum interval);
+extern TimestampTz pgq_deadline(TimestampTz from, Datum interval);
 extern void pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern text *pgq_checked_text_arg(FunctionCallInfo fcinfo, int argno,
 								  const char *argname, int maxbytes);
 extern char *pgq_text_arg(FunctionCallInfo fcinfo, int argno,
 						  const char *argname, int maxbytes);
-extern int64 pgq_interval_usecs(Datum interval);
 extern int64 pgq_interval_arg(FunctionCallInfo fcinfo, int argno,
 							  const char *argname, int64 min_usecs,
 							  int64 max_usecs, const char *max_text);
-extern TimestampTz pgq_deadline(TimestampTz from, Datum interval);
+extern int	pgq_max_items_arg(FunctionCallInfo fcinfo, int argno);
+
+/* api.c */
+extern PgqLayout pgq_layout(void);
 extern Datum pgq_push(PG_FUNCTION_ARGS);
 
 /*
@@ -473,11 +489,5 @@ extern bool pgq_standby_snapshots_before(TransactionId xid);
 extern void pgq_standby_conflict(Relation rel, TransactionId xid);
 extern bool pgq_retired_drop_wanted(void);
 extern void pgq_retired_drop(void);
-
-/* admin.c */
-extern ErrorData *pgq_subxact(void (*fn) (void *), void *arg, int catch_code);
-extern int	pgq_execute_moving(SPIPlanPtr plan, Datum *args, const char *nulls);
-extern void pgq_upkeep_try(void (*fn) (void *), void *arg, const char *what,
-						   const char *hint);
 
 #endif							/* PGQUEUE_H */
