@@ -34,7 +34,6 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
-#include "storage/lmgr.h"
 #include "utils/uuid.h"
 
 #include "pgqueue.h"
@@ -67,24 +66,6 @@ static Datum *pgq_ids_arg(FunctionCallInfo fcinfo, int argno, int *n);
  * Helpers
  * ----------------------------------------------------------------
  */
-
-/*
- * Which layout this database's pgqueue tables have: PGQ_V11 when
- * pgqueue.work_queue has the tries column of version 1.1, else PGQ_V10.  One
- * library serves databases still at 1.0 (packages replace the library before
- * anyone runs ALTER EXTENSION ... UPDATE) and updated ones, and tells them
- * apart per call.  work_queue is locked first (ACCESS SHARE, held to the end
- * of the transaction, which also works on a standby), so a concurrent update
- * is waited for and its new layout seen.
- */
-PgqLayout
-pgq_layout(void)
-{
-	Oid			relid = pgq_relid(get_namespace_oid("pgqueue", false), "work_queue");
-
-	LockRelationOid(relid, AccessShareLock);
-	return get_attnum(relid, "tries") != InvalidAttrNumber ? PGQ_V11 : PGQ_V10;
-}
 
 /* A required lock_key argument (1 .. PGQ_MAX_KEY_BYTES bytes) as text. */
 static text *

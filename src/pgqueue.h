@@ -356,6 +356,7 @@ extern void pgq_set(PgqTable *t, PgqCol c, Datum value, bool isnull);
 extern bool pgq_text_equals(PgqTable *t, PgqCol c, text *key);
 extern Datum pgq_state_datum(PgqTable *t, const char *label);
 extern Oid	pgq_relid(Oid nsp, const char *name);
+extern PgqLayout pgq_layout(void);
 extern Oid	pgq_slot_index_relid(Relation rel, const char *role);
 
 /* ring.c: the slots of pgqueue.queue and pgqueue.work_queue */
@@ -431,7 +432,6 @@ extern int64 pgq_interval_arg(FunctionCallInfo fcinfo, int argno,
 extern int	pgq_max_items_arg(FunctionCallInfo fcinfo, int argno);
 
 /* api.c */
-extern PgqLayout pgq_layout(void);
 extern Datum pgq_push(PG_FUNCTION_ARGS);
 
 /*
