@@ -49,6 +49,9 @@ PG_FUNCTION_INFO_V1(pgq_release);
 PG_FUNCTION_INFO_V1(pgq_configure);
 PG_FUNCTION_INFO_V1(pgq_stats);
 
+/* pgqueue.max_payload_size (kB): the largest payload a push takes */
+int			pgqueue_max_payload_kb = 16 * 1024;
+
 /* Kept plans, prepared on first use in each backend. */
 static SPIPlanPtr plan_push_dedup[2];	/* by slotted (1.1) or not (1.0) */
 static SPIPlanPtr plan_find_dedup[2];

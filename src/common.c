@@ -30,6 +30,12 @@
 /* How often a statement that met a moving row runs (pgq_execute_moving). */
 #define PGQ_MOVING_ATTEMPTS 10
 
+/*
+ * pgqueue.enabled: whether the schedulers schedule; read also where a
+ * scheduler that is off is spared work (publish.c, schedule.c)
+ */
+bool		pgqueue_enabled = true;
+
 /* Depth of pgq_spi_ddl calls under way in this backend. */
 static int	own_ddl_depth = 0;
 

@@ -23,12 +23,6 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-char	   *pgqueue_database = NULL;
-int			pgqueue_naptime = 1000;
-int			pgqueue_batch_size = 100;
-bool		pgqueue_enabled = true;
-int			pgqueue_max_payload_kb = 16 * 1024;
-
 static void pgq_register_launcher(void);
 
 /*
@@ -112,38 +106,6 @@ _PG_init(void)
 	pgq_shmem_install_hooks();
 	pgq_hook_install();
 	pgq_register_launcher();
-}
-
-/*
- * Split pgqueue.database into a list of palloc'd names: comma-separated,
- * surrounding white space trimmed, empty entries ignored, case kept (unlike
- * SplitIdentifierString, so "MyDb" names the database MyDb).
- */
-List *
-pgq_database_list(void)
-{
-	List	   *names = NIL;
-	char	   *p = pstrdup(pgqueue_database ? pgqueue_database : "");
-
-	while (*p)
-	{
-		char	   *end = strchr(p, ',');
-		char	   *last;
-
-		if (end)
-			*end = '\0';
-		while (*p == ' ' || *p == '\t')
-			p++;
-		last = p + strlen(p);
-		while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
-			*--last = '\0';
-		if (*p)
-			names = lappend(names, p);
-		if (!end)
-			break;
-		p = end + 1;
-	}
-	return names;
 }
 
 /*

@@ -106,12 +106,12 @@
 "                             WHERE s.queue = q.queue), " CppAsString2(PGQ_DEFAULT_MAX_TRIES) ") AS max_tries" \
 "    FROM pgqueue.queue q WHERE q.id = " X ".id LIMIT 1) q" 
 
-/* GUCs, defined in pgqueue.c */
-extern char *pgqueue_database;
-extern int	pgqueue_naptime;
-extern int	pgqueue_batch_size;
-extern bool pgqueue_enabled;
-extern int	pgqueue_max_payload_kb;
+/* GUCs, defined by _PG_init (pgqueue.c); each variable where it is used */
+extern char *pgqueue_database;	/* launcher.c */
+extern int	pgqueue_naptime;	/* worker.c */
+extern int	pgqueue_batch_size; /* worker.c */
+extern bool pgqueue_enabled;	/* common.c */
+extern int	pgqueue_max_payload_kb; /* api.c */
 
 /* Cumulative counters kept in shared memory (shmem.c). */
 typedef enum PgqCounter
@@ -173,11 +173,9 @@ typedef enum PgqLayout
 	PGQ_V11 = 1
 } PgqLayout;
 
-/* pgqueue.c */
-extern List *pgq_database_list(void);
-
 /* launcher.c */
 PGDLLEXPORT void pgq_launcher_main(Datum main_arg);
+extern List *pgq_database_list(void);
 
 /* shmem.c */
 extern void pgq_shmem_install_hooks(void);

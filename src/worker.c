@@ -60,6 +60,10 @@
 #define PGQ_GATHER_WINDOW_MS 5
 #define PGQ_GATHER_MS 6
 
+/* pgqueue.naptime (ms) and pgqueue.batch_size: the scheduler's loop */
+int			pgqueue_naptime = 1000;
+int			pgqueue_batch_size = 100;
+
 PGDLLEXPORT void pgq_scheduler_main(Datum main_arg);
 
 /*
