@@ -90,8 +90,11 @@ _PG_init(void)
 								   NULL, NULL, NULL);
 	}
 
-	/* Every backend publishes wake-ups and counters at commit. */
-	pgq_xact_callbacks_register();
+	/*
+	 * Every backend publishes wake-ups and counters at commit, and a
+	 * scheduling pass that rolled back is forgotten (schedule.c).
+	 */
+	pgq_xact_callbacks_register(pgq_schedule_at_xact_end);
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

@@ -203,7 +203,8 @@ extern bool pgq_is_pgqueue_process;
 extern void pgq_hook_install(void);
 
 /* publish.c */
-extern void pgq_xact_callbacks_register(void);
+typedef void (*PgqXactEndCallback) (bool commit);
+extern void pgq_xact_callbacks_register(PgqXactEndCallback at_xact_end);
 extern void pgq_count(PgqCounter counter, int64 n);
 extern void pgq_count_now(PgqCounter counter, int64 n);
 extern void pgq_wake_at_commit(int what);

@@ -73,6 +73,13 @@ static int	pending_nready = 0;
 static bool pending_ready_all = false;
 static bool pending_settings = false;
 
+/*
+ * What the scheduling pass does at the end of every transaction
+ * (schedule.c, pgq_schedule_at_xact_end): a layer above this one, so
+ * given to pgq_xact_callbacks_register rather than called by name.
+ */
+static PgqXactEndCallback xact_end_callback = NULL;
+
 /* The blocking claim of this backend, while it waits (see pgq_prepare_wait). */
 static bool waiting = false;
 static bool waiting_filtered = false;
@@ -377,11 +384,13 @@ pgq_settings_generation(void)
 
 /*
  * Register the transaction callbacks; every backend that loads the library
- * does this once, from _PG_init.
+ * does this once, from _PG_init.  at_xact_end is called at every commit,
+ * abort and prepare, after the bounds have been dealt with.
  */
 void
-pgq_xact_callbacks_register(void)
+pgq_xact_callbacks_register(PgqXactEndCallback at_xact_end)
 {
+	xact_end_callback = at_xact_end;
 	RegisterXactCallback(pgq_xact_callback, NULL);
 	RegisterSubXactCallback(pgq_subxact_callback, NULL);
 }
@@ -405,7 +414,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
 	{
 		pgq_bounds_at_xact_end(true);
-		pgq_schedule_at_xact_end(true);
+		xact_end_callback(true);
 		if (pgq_shared != NULL)
 		{
 			PgqDbSlot  *slot;
@@ -452,14 +461,14 @@ pgq_xact_callback(XactEvent event, void *arg)
 		 * that a waiting claim skipped: let it look again.
 		 */
 		pgq_bounds_at_xact_end(false);
-		pgq_schedule_at_xact_end(false);
+		xact_end_callback(false);
 		if (pending_wake & PGQ_WAKE_ON_ABORT)
 			pgq_broadcast_claimers();
 	}
 	else if (event == XACT_EVENT_PREPARE)
 	{
 		pgq_bounds_at_xact_end(false);	/* see bounds.c, rule 7 */
-		pgq_schedule_at_xact_end(false);	/* it may yet roll back */
+		xact_end_callback(false);	/* it may yet roll back */
 	}
 	else
 		return;

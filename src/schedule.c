@@ -1194,7 +1194,8 @@ pgq_schedule_forget(void)
 /*
  * At the end of a transaction: a pass that ran in it and rolled back took
  * jobs that are ready again below the heads it moved: walk everything next
- * time.  Called by publish.c's transaction callback.
+ * time.  Called by publish.c's transaction callback (_PG_init registers
+ * it there).
  */
 void
 pgq_schedule_at_xact_end(bool commit)
