@@ -40,6 +40,7 @@
 
 PG_FUNCTION_INFO_V1(pgq_push);
 PG_FUNCTION_INFO_V1(pgq_push_batch);
+PG_FUNCTION_INFO_V1(pgq_schedule);
 PG_FUNCTION_INFO_V1(pgq_claim);
 PG_FUNCTION_INFO_V1(pgq_extend);
 PG_FUNCTION_INFO_V1(pgq_ack);
@@ -64,6 +65,7 @@ static void pgq_check_payload(Jsonb *payload);
 static void pgq_check_run_after(TimestampTz run_after);
 static ArrayType *pgq_queues_arg(FunctionCallInfo fcinfo, int argno);
 static Datum *pgq_ids_arg(FunctionCallInfo fcinfo, int argno, int *n);
+static bool pgq_user_upkeep(void);
 
 /* ----------------------------------------------------------------
  * Helpers
@@ -404,6 +406,65 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	if (n > 0)
 		pgq_push_lower_at_commit(fcinfo, slot);
 	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * pgq_schedule
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Whether a user's pgq_schedule runs the upkeep of the archive (archive.c,
+ * retire.c) now.  Its DDL takes ACCESS EXCLUSIVE on pgqueue.archive, held
+ * to the end of the transaction: in the caller's open transaction it
+ * would make every ack, cancel and purge on a queue with a retention wait
+ * for the caller's commit.  So it never runs in a transaction that goes
+ * on after the statement: not in a transaction block (BEGIN, or several
+ * statements sent as one), nor in a pipeline of the extended protocol
+ * (PreventInTransactionBlock's test); the statement's transaction is then
+ * made to commit with it (as CREATE DATABASE does).  And not when a
+ * scheduler runs for this database with pgqueue.enabled on: it runs the
+ * upkeep in transactions of its own.  What is left is a server without
+ * the preloaded library, or with the scheduler off, where the cron that
+ * calls pgq_schedule() runs the upkeep.
+ */
+static bool
+pgq_user_upkeep(void)
+{
+	if (pgqueue_enabled && pgq_scheduler_attached())
+		return false;
+	if (IsTransactionBlock() || (MyXactFlags & XACT_FLAGS_PIPELINING))
+		return false;
+	if (!pgq_archive_maintain_wanted() && !pgq_retired_drop_wanted())
+		return false;
+	MyXactFlags |= XACT_FLAGS_NEEDIMMEDIATECOMMIT;
+	return true;
+}
+
+/*
+ * pgq_schedule(max_items int) returns int
+ *
+ * One scheduling pass run by the user (the background worker calls
+ * pgq_schedule_pass directly), with the archive's upkeep when
+ * pgq_user_upkeep says so.
+ */
+Datum
+pgq_schedule(PG_FUNCTION_ARGS)
+{
+	int			max_items = pgq_max_items_arg(fcinfo, 0);
+	int			moved;
+
+	if (pgq_user_upkeep())
+	{
+		if (pgq_archive_maintain_wanted())
+			pgq_archive_maintain();
+		if (pgq_retired_drop_wanted())
+			pgq_retired_drop();
+	}
+	moved = pgq_schedule_pass(max_items);
+
+	pgq_count_now(PGQ_PASSES, 1);
+	PG_RETURN_INT32(moved);
 }
 
 /* ----------------------------------------------------------------

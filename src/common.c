@@ -32,7 +32,8 @@
 
 /*
  * pgqueue.enabled: whether the schedulers schedule; read also where a
- * scheduler that is off is spared work (publish.c, schedule.c)
+ * scheduler that is off is spared work (publish.c), or left it
+ * (pgq_schedule in api.c)
  */
 bool		pgqueue_enabled = true;
 

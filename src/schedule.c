@@ -80,8 +80,6 @@
 
 #include "pgqueue.h"
 
-PG_FUNCTION_INFO_V1(pgq_schedule);
-
 #define PGQ_CAP_LOCK_KEY 1885827445
 
 /* Where a queue stands in the process's view. */
@@ -159,7 +157,6 @@ typedef struct PassRels
 static int64 pgq_index_entries_read(Relation idx);
 
 static int	pgq_ready_queue_names(PassRels *r, char ***names, uint32 **masks);
-static bool pgq_user_upkeep(void);
 
 /* Tag of the job a queue in the ready heap offers. */
 static inline double
@@ -1307,58 +1304,4 @@ pgq_ready_queue_names(PassRels *r, char ***names, uint32 **masks)
 	}
 	hash_destroy(seen);
 	return n;
-}
-
-/*
- * Whether a user's pgq_schedule runs the upkeep of the archive (archive.c,
- * retire.c) now.  Its DDL takes ACCESS EXCLUSIVE on pgqueue.archive, held
- * to the end of the transaction: in the caller's open transaction it
- * would make every ack, cancel and purge on a queue with a retention wait
- * for the caller's commit.  So it never runs in a transaction that goes
- * on after the statement: not in a transaction block (BEGIN, or several
- * statements sent as one), nor in a pipeline of the extended protocol
- * (PreventInTransactionBlock's test); the statement's transaction is then
- * made to commit with it (as CREATE DATABASE does).  And not when a
- * scheduler runs for this database with pgqueue.enabled on: it runs the
- * upkeep in transactions of its own.  What is left is a server without
- * the preloaded library, or with the scheduler off, where the cron that
- * calls pgq_schedule() runs the upkeep.
- */
-static bool
-pgq_user_upkeep(void)
-{
-	if (pgqueue_enabled && pgq_scheduler_attached())
-		return false;
-	if (IsTransactionBlock() || (MyXactFlags & XACT_FLAGS_PIPELINING))
-		return false;
-	if (!pgq_archive_maintain_wanted() && !pgq_retired_drop_wanted())
-		return false;
-	MyXactFlags |= XACT_FLAGS_NEEDIMMEDIATECOMMIT;
-	return true;
-}
-
-/*
- * pgq_schedule(max_items int) returns int
- *
- * One scheduling pass run by the user (the background worker calls
- * pgq_schedule_pass directly), with the archive's upkeep when
- * pgq_user_upkeep says so.
- */
-Datum
-pgq_schedule(PG_FUNCTION_ARGS)
-{
-	int			max_items = pgq_max_items_arg(fcinfo, 0);
-	int			moved;
-
-	if (pgq_user_upkeep())
-	{
-		if (pgq_archive_maintain_wanted())
-			pgq_archive_maintain();
-		if (pgq_retired_drop_wanted())
-			pgq_retired_drop();
-	}
-	moved = pgq_schedule_pass(max_items);
-
-	pgq_count_now(PGQ_PASSES, 1);
-	PG_RETURN_INT32(moved);
 }
