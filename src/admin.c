@@ -33,7 +33,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "api.h"
 
 PG_FUNCTION_INFO_V1(pgq_retry);
 PG_FUNCTION_INFO_V1(pgq_retry_failed);

@@ -36,7 +36,7 @@
 #include "utils/tuplestore.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "api.h"
 
 PG_FUNCTION_INFO_V1(pgq_push);
 PG_FUNCTION_INFO_V1(pgq_push_batch);

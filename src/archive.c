@@ -61,7 +61,7 @@
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 
-#include "pgqueue.h"
+#include "jobs.h"
 
 /* Partitions exist this far past now + retention. */
 #define PGQ_ARCHIVE_AHEAD_USECS		USECS_PER_DAY

@@ -123,7 +123,7 @@
 #include "access/xact.h"
 #include "utils/timestamp.h"
 
-#include "shmem.h"
+#include "shmem_internal.h"
 
 #define PGQ_FULL_CHECK_MS	1000
 #define PGQ_FULL_COST		100

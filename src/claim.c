@@ -58,7 +58,7 @@
 #include "utils/tuplestore.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "jobs.h"
 
 static SPIPlanPtr plan_claim_stolen[2] = {NULL, NULL};
 

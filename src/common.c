@@ -22,7 +22,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-#include "pgqueue.h"
+#include "common.h"
 
 /* How long a step of the upkeep waits for a lock, at most (pgq_upkeep_try). */
 #define PGQ_UPKEEP_LOCK_TIMEOUT_MS "100"

@@ -31,7 +31,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "jobs.h"
 
 /* Backoff of pgq_nack without retry_in: 1 s doubling per try, at most 1 h. */
 #define PGQ_BACKOFF_BASE_USECS	USECS_PER_SEC

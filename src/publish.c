@@ -31,7 +31,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-#include "shmem.h"
+#include "shmem_internal.h"
 
 PG_FUNCTION_INFO_V1(pgq_counters);
 

@@ -66,7 +66,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "pgqueue.h"
+#include "storage.h"
 
 /*
  * How often pgq_retired_drop looks, at most: after a look that found

@@ -186,7 +186,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "pgqueue.h"
+#include "storage.h"
 
 /* pgqueue.slot_size: a new current slot when the current one is this big */
 int			pgqueue_slot_size_kb = 1024;

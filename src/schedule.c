@@ -78,7 +78,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "jobs.h"
 
 #define PGQ_CAP_LOCK_KEY 1885827445
 

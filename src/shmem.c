@@ -26,7 +26,7 @@
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
-#include "shmem.h"
+#include "shmem_internal.h"
 
 PgqShared  *pgq_shared = NULL;
 static PgqDbSlot *my_slot = NULL;	/* slot of MyDatabaseId, once looked up */

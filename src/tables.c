@@ -56,7 +56,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "storage.h"
 
 /* Column names by PgqCol; a table has a subset of them. */
 static const char *const pgq_col_names[PGQ_NUM_COLS] = {

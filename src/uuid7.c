@@ -16,7 +16,7 @@
 #include "common/pg_prng.h"
 #include "utils/timestamp.h"
 
-#include "pgqueue.h"
+#include "storage.h"
 
 /* Last (unix_ms << 12 | sub-ms fraction) handed out by this backend. */
 static uint64 last_stamp = 0;
