@@ -6,9 +6,10 @@
  *		pg_cron).
  *
  * These functions exist only in 1.1 databases (pgqueue--1.1.sql and the
- * update from 1.0).  Like the rest of the API they are SECURITY DEFINER
- * with a fixed search_path, every query is schema-qualified, takes values
- * only as SPI parameters and keeps its plan.
+ * update from 1.0).  Each is SECURITY DEFINER with SET search_path =
+ * pg_catalog, pg_temp and the planner settings, as the calls of api.c that
+ * are not per job; every query is schema-qualified, takes values only as
+ * SPI parameters and keeps its plan.
  *
  * Lock order, as in api.c: a function that touches an existing job locks
  * its pgqueue.work_queue row first and its pgqueue.queue row second.
@@ -17,6 +18,10 @@
  * is deleted with a state predicate, so that under READ COMMITTED a
  * scheduling pass that moved it meanwhile makes the delete skip it, and
  * the cancel goes round again by the work_queue path.
+ *
+ * Layer 5 of src/README (SQL entry points): it may call the other file of
+ * its layer, the job operations (jobs.c, claim.c, schedule.c, archive.c)
+ * and every layer below them.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,20 +1,35 @@
 /*-------------------------------------------------------------------------
  *
  * api.c
- *		The SQL-callable job API (push, claim, extend, ack, nack, release,
- *		configure, stats): argument checking, then the work in jobs.c
- *		(per-job writes), claim.c (claims), or here through SPI for the calls
- *		that are not per job.
+ *		The SQL-callable job API (push, push_batch, schedule, claim,
+ *		extend, ack, ack_batch, nack, release, configure, stats): argument
+ *		checking, then the work in jobs.c (per-job writes), claim.c
+ *		(claims), schedule.c (the scheduling pass), or here through SPI for
+ *		the calls that are not per job.
  *
- * Every function runs as SECURITY DEFINER with search_path fixed to
- * pg_catalog, pg_temp (see pgqueue--1.1.sql).  All queries are
- * schema-qualified, take values only as SPI parameters, and are prepared
- * once per backend and kept (pgq_keep_plan).
+ * Every function runs as SECURITY DEFINER, but not every one fixes
+ * search_path (pgqueue--1.1.sql).  pgq_push_batch, pgq_schedule,
+ * pgq_release, pgq_configure and pgq_stats are declared with SET
+ * search_path = pg_catalog, pg_temp (and, but for pgq_stats, the planner
+ * settings: enable_seqscan, enable_bitmapscan and jit off).  The per-job
+ * calls, pgq_push, pgq_claim, pgq_extend, pgq_ack, pgq_ack_batch and
+ * pgq_nack, carry no SET clause from 1.1 on: their C paths resolve no name
+ * through search_path, and the SQL they run on rare paths (a push with a
+ * dedup_key, the steal of expired leases, the look for a job row not found
+ * in its slots) connects with pgq_spi_connect, which sets the same
+ * search_path and planner settings for it.  (In a 1.0 database every
+ * function keeps its SET clauses.)  All queries are schema-qualified, take
+ * values only as SPI parameters, and are prepared once per backend and
+ * kept (pgq_keep_plan).
  *
  * Lock order, to stay free of deadlocks: a function that touches an
  * existing job locks its pgqueue.work_queue row first and its pgqueue.queue
  * row second.  The scheduling pass only locks pgqueue.queue rows that have
  * no work_queue row yet.
+ *
+ * Layer 5 of src/README (SQL entry points): it may call the other file of
+ * its layer, the job operations (jobs.c, claim.c, schedule.c, archive.c)
+ * and every layer below them.
  *
  *-------------------------------------------------------------------------
  */

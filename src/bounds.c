@@ -116,6 +116,9 @@
  * Without shared memory (the library not preloaded) every walk is a full
  * walk.
  *
+ * Layer 2 of src/README (shared memory and wake-ups): it may call the
+ * other files of its layer and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

@@ -7,7 +7,8 @@
  *		the upkeep), interval arithmetic, and the checks of the SQL
  *		functions' arguments.
  *
- * The bottom layer (src/README): it calls no other file of pgqueue.
+ * Layer 1 of src/README (common helpers), the bottom: it calls no other
+ * file of pgqueue.
  *
  *-------------------------------------------------------------------------
  */

@@ -51,6 +51,10 @@
  * released, which sets the launcher's latch, or until the holding backend
  * is gone (a hold of a backend that died is released here).
  *
+ * Layer 6 of src/README (processes and hooks): it may call the other
+ * files of its layer, the SQL entry points (api.c, admin.c) and every
+ * layer below them.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

@@ -1,13 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * pgqueue.c
- *		Entry point of the pgqueue extension: GUCs, shared memory hooks, the
- *		utility hook and the registration of the launcher background worker.
+ *		Entry point of the pgqueue extension: defines the GUCs (over
+ *		variables that the files using them own), installs the shared
+ *		memory hooks and the utility hook, registers the transaction
+ *		callbacks and the launcher background worker.
  *
  * The SQL functions work whether or not the library is preloaded.  With
  * shared_preload_libraries = 'pgqueue' we also get shared memory (counters,
  * wake-on-commit, blocking claims) and the launcher, which starts one
  * scheduler per database named in pgqueue.database (launcher.c).
+ *
+ * Layer 7 of src/README (the module, on top): it may call every other
+ * file.
  *
  *-------------------------------------------------------------------------
  */

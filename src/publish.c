@@ -16,6 +16,11 @@
  * Without shared memory (the library not preloaded) nothing is published
  * and blocking claims poll.
  *
+ * Layer 2 of src/README (shared memory and wake-ups): it may call the
+ * other files of its layer and common.c.  The one step of a layer above
+ * that the transaction callback runs, the scheduling pass's
+ * (schedule.c), it calls through the pointer _PG_init registers.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

@@ -87,7 +87,7 @@
  *		expired leases are SQL statements on the parents, whose partitions
  *		the planner reads at each statement; one that meets a row being
  *		moved fails with 40001, and runs again under READ COMMITTED
- *		(admin.c, pgq_execute_moving).
+ *		(common.c, pgq_execute_moving).
  *	 the archive's upkeep (archive.c) changes only pgqueue.archive.
  *
  * Why no row is lost or hidden.  Rows are inserted only into a slot that
@@ -153,6 +153,10 @@
  * DROP in between fails it.  It is retired (retire.c): detached and made
  * a member of the extension, which pg_dump neither dumps nor locks, and
  * dropped once no snapshot from before that is left.
+ *
+ * Layer 3 of src/README (storage): it may call the other files of its
+ * layer, those of shared memory and wake-ups (shmem.c, publish.c,
+ * bounds.c), and common.c.
  *
  *-------------------------------------------------------------------------
  */

@@ -48,6 +48,10 @@
  * capped queue it schedules into, without waiting; a capped queue locked by
  * another open pass is left out of this pass (its room may be in use).
  *
+ * Layer 4 of src/README (job operations): it may call the other files of
+ * its layer, storage (tables.c, ring.c, retire.c, uuid7.c), shared memory
+ * and wake-ups (shmem.c, publish.c, bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

@@ -43,7 +43,7 @@ typedef enum PgqCounter
 	PGQ_NUM_COUNTERS
 } PgqCounter;
 
-/* What a committing transaction must tell others (shmem.c). */
+/* What a committing transaction must tell others (publish.c). */
 #define PGQ_WAKE_SCHEDULER	0x01	/* new or returned jobs to schedule */
 #define PGQ_WAKE_CLAIMERS	0x02	/* new claimable rows in work_queue */
 #define PGQ_WAKE_ON_ABORT	0x04	/* rows locked: a rollback frees them */

@@ -26,6 +26,10 @@
  * after the API removed both rows of a job), and triggers added to them by
  * hand are not run by these calls.
  *
+ * Layer 3 of src/README (storage): it may call the other files of its
+ * layer, those of shared memory and wake-ups (shmem.c, publish.c,
+ * bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

@@ -9,6 +9,10 @@
  * the clock stands still or steps back, so that jobs pushed by one session
  * sort in push order.
  *
+ * Layer 3 of src/README (storage): it may call the other files of its
+ * layer, those of shared memory and wake-ups (shmem.c, publish.c,
+ * bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

@@ -23,6 +23,10 @@
  * which also sends SIGTERM; the launcher starts it again once the hold is
  * released.
  *
+ * Layer 6 of src/README (processes and hooks): it may call the other
+ * files of its layer, the SQL entry points (api.c, admin.c) and every
+ * layer below them.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
