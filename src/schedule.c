@@ -685,6 +685,106 @@ pgq_walks_close(void)
 }
 
 /*
+ * Open this pass's walks of q's range from cursor (after it, or at it when
+ * not after): one in each slot of pgqueue.queue that may hold ready jobs of
+ * q (q->slots; a slot past the mask's bits always), each read to its first
+ * row.  They replace the walks open so far.  Returns how many.
+ */
+static int
+pgq_walks_open(PassRels *r, QueueState *q, text *qname, const QueuePos *cursor,
+			   bool after)
+{
+	SlotWalk   *walks = open_walks.walks;
+	int			nwalks;
+	int			k;
+
+	pgq_walks_close();
+	nwalks = 0;
+	for (k = 0; k < r->w.jobs_view.n; k++)
+	{
+		uint32		bit = PGQ_SLOT_BIT(r->w.jobs_view.slot[k]);
+		SlotWalk   *sw;
+
+		if (bit != 0 && (q->slots & bit) == 0)
+			continue;
+		sw = &walks[nwalks++];
+		sw->i = k;
+		sw->t = pgq_job_slot(&r->w, k);
+		sw->scan = pgq_walk_begin(r, k, qname, cursor, after, sw->keys, sw->row);
+		sw->saw_ready = false;
+		pgq_walk_next(sw);
+	}
+	open_walks.q = q;
+	open_walks.pass = pass_count;
+	open_walks.n = nwalks;
+	return nwalks;
+}
+
+/*
+ * Take the due job row that job->found holds, as SKIP LOCKED would: update
+ * the version the snapshot sees to 'scheduled', without waiting; when that
+ * succeeds (TM_Ok), insert its work_queue row into the current slot with
+ * batch_order order and created now.  Returns the update's result: not
+ * TM_Ok when another transaction holds the row (TM_WouldBlock,
+ * TM_BeingModified) or changed it since the snapshot.
+ */
+static TM_Result
+pgq_take_row(PassRels *r, PgqTable *job, text *qname, TimestampTz now, int32 order,
+			 const PassStates *states)
+{
+	PgqTable   *work = r->w.work;	/* the current slot */
+	bool		isnull;
+	TM_Result	res;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	PgqUpdateIndexes update_indexes;
+
+	/* take it as SKIP LOCKED would: the version seen, without waiting */
+	slot_getallattrs(job->found);
+	ExecClearTuple(job->next);
+	memcpy(job->next->tts_values, job->found->tts_values,
+		   sizeof(Datum) * job->found->tts_tupleDescriptor->natts);
+	memcpy(job->next->tts_isnull, job->found->tts_isnull,
+		   sizeof(bool) * job->found->tts_tupleDescriptor->natts);
+	pgq_take_build(job, (void *) &states->scheduled);
+	res = table_tuple_update(job->rel, &job->found->tts_tid, job->next, r->w.cid,
+							 r->w.snapshot, InvalidSnapshot, false, &tmfd,
+							 &lockmode, &update_indexes);
+	if (res == TM_Ok)
+	{
+		Datum		values[PGQ_NUM_COLS * 2];
+		bool		nulls[PGQ_NUM_COLS * 2];
+		int			natts = RelationGetDescr(work->rel)->natts;
+		int			i;
+
+		if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes))
+			pgq_table_indexes(job);
+		if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes) && job->rri->ri_NumIndices > 0)
+			list_free(pgq_insert_index_tuples(job->rri, job->next, r->w.estate, true,
+											  PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes)));
+		for (i = 0; i < natts; i++)
+		{
+			values[i] = (Datum) 0;
+			nulls[i] = true;
+		}
+#define SETW(c, v) \
+	do { if (work->att[c] != InvalidAttrNumber) { \
+		values[work->att[c] - 1] = (v); nulls[work->att[c] - 1] = false; } } while (0)
+		SETW(PGQ_COL_ID, pgq_get(job, job->next, PGQ_COL_ID, &isnull));
+		SETW(PGQ_COL_QUEUE, PointerGetDatum(qname));
+		SETW(PGQ_COL_CREATED, TimestampTzGetDatum(now));
+		SETW(PGQ_COL_BATCH_ORDER, Int32GetDatum(order));
+		SETW(PGQ_COL_VERSION, r->w.layout == PGQ_V11
+			 ? pgq_get(job, job->next, PGQ_COL_VERSION, &isnull) : Int32GetDatum(0));
+		if (r->w.layout == PGQ_V11)
+			SETW(PGQ_COL_TRIES, pgq_get(job, job->next, PGQ_COL_TRIES, &isnull));
+#undef SETW
+		pgq_insert(&r->w, work, values, nulls);
+	}
+	return res;
+}
+
+/*
  * Take the next due job of q for this pass, walking its range from where
  * the pass left it (or from its head): update its row to 'scheduled' and
  * insert its work_queue row with batch_order order and created now.
@@ -703,7 +803,6 @@ static bool
 pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			 const PassStates *states)
 {
-	PgqTable   *work = r->w.work;	/* the current slot */
 	text	   *qname = cstring_to_text(q->name);
 	SlotWalk   *walks = open_walks.walks;
 	QueuePos	cursor;
@@ -745,27 +844,7 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			reuse = false;
 		}
 		else
-		{
-			pgq_walks_close();
-			nwalks = 0;
-			for (k = 0; k < r->w.jobs_view.n; k++)
-			{
-				uint32		bit = PGQ_SLOT_BIT(r->w.jobs_view.slot[k]);
-				SlotWalk   *sw;
-
-				if (bit != 0 && (q->slots & bit) == 0)
-					continue;
-				sw = &walks[nwalks++];
-				sw->i = k;
-				sw->t = pgq_job_slot(&r->w, k);
-				sw->scan = pgq_walk_begin(r, k, qname, &cursor, after, sw->keys, sw->row);
-				sw->saw_ready = false;
-				pgq_walk_next(sw);
-			}
-			open_walks.q = q;
-			open_walks.pass = pass_count;
-			open_walks.n = nwalks;
-		}
+			nwalks = pgq_walks_open(r, q, qname, &cursor, after);
 		open_walks.taken = -1;
 
 		while (!took && !restart)
@@ -776,9 +855,6 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			Oid			state;
 			QueuePos	pos;
 			TM_Result	res;
-			TM_FailureData tmfd;
-			LockTupleMode lockmode;
-			PgqUpdateIndexes update_indexes;
 
 			/* the lowest row of the walks */
 			for (k = 0; k < nwalks; k++)
@@ -820,47 +896,9 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 				continue;
 			}
 
-			/* take it as SKIP LOCKED would: the version seen, without waiting */
-			slot_getallattrs(job->found);
-			ExecClearTuple(job->next);
-			memcpy(job->next->tts_values, job->found->tts_values,
-				   sizeof(Datum) * job->found->tts_tupleDescriptor->natts);
-			memcpy(job->next->tts_isnull, job->found->tts_isnull,
-				   sizeof(bool) * job->found->tts_tupleDescriptor->natts);
-			pgq_take_build(job, (void *) &states->scheduled);
-			res = table_tuple_update(job->rel, &job->found->tts_tid, job->next, r->w.cid,
-									 r->w.snapshot, InvalidSnapshot, false, &tmfd,
-									 &lockmode, &update_indexes);
+			res = pgq_take_row(r, job, qname, now, order, states);
 			if (res == TM_Ok)
 			{
-				Datum		values[PGQ_NUM_COLS * 2];
-				bool		nulls[PGQ_NUM_COLS * 2];
-				int			natts = RelationGetDescr(work->rel)->natts;
-				int			i;
-
-				if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes))
-					pgq_table_indexes(job);
-				if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes) && job->rri->ri_NumIndices > 0)
-					list_free(pgq_insert_index_tuples(job->rri, job->next, r->w.estate, true,
-													  PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes)));
-				for (i = 0; i < natts; i++)
-				{
-					values[i] = (Datum) 0;
-					nulls[i] = true;
-				}
-#define SETW(c, v) \
-	do { if (work->att[c] != InvalidAttrNumber) { \
-		values[work->att[c] - 1] = (v); nulls[work->att[c] - 1] = false; } } while (0)
-				SETW(PGQ_COL_ID, pgq_get(job, job->next, PGQ_COL_ID, &isnull));
-				SETW(PGQ_COL_QUEUE, PointerGetDatum(qname));
-				SETW(PGQ_COL_CREATED, TimestampTzGetDatum(now));
-				SETW(PGQ_COL_BATCH_ORDER, Int32GetDatum(order));
-				SETW(PGQ_COL_VERSION, r->w.layout == PGQ_V11
-					 ? pgq_get(job, job->next, PGQ_COL_VERSION, &isnull) : Int32GetDatum(0));
-				if (r->w.layout == PGQ_V11)
-					SETW(PGQ_COL_TRIES, pgq_get(job, job->next, PGQ_COL_TRIES, &isnull));
-#undef SETW
-				pgq_insert(&r->w, work, values, nulls);
 				took = true;
 				open_walks.taken = sw - walks;
 				if (!head_fixed)
