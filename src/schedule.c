@@ -997,6 +997,91 @@ pgq_apply_notes(char **names, PgqKey *keys, uint32 *masks, int nnotes,
 }
 
 /*
+ * Make ready the queues of the later heap whose first job is due by now;
+ * soonest_due becomes the due time of the first queue left there
+ * (DT_NOEND: none).
+ */
+static void
+pgq_ready_due(TimestampTz now)
+{
+	QueueState *q;
+
+	soonest_due = DT_NOEND;
+	while (!pairingheap_is_empty(later_heap))
+	{
+		q = pairingheap_container(QueueState, node, pairingheap_first(later_heap));
+		if (q->next_due > now)
+		{
+			soonest_due = q->next_due;
+			break;
+		}
+		pgq_unplace(q);
+		pgq_make_ready(q);
+	}
+}
+
+/*
+ * Take up to max_items jobs, each from the queue of the smallest tag in the
+ * ready heap, which gets its next tag (fair queuing: see the file's
+ * header); returns how many.  A capped queue without room in this pass is
+ * set aside until its end; a queue without a due job left goes to the
+ * later heap when it has a job due later.
+ */
+static int
+pgq_take_by_tag(PassRels *r, TimestampTz now, int max_items, const PassStates *states)
+{
+	List	   *skipped = NIL;
+	ListCell   *lc;
+	QueueState *q;
+	int			moved = 0;
+
+	while (moved < max_items && !pairingheap_is_empty(ready_heap))
+	{
+		double		start;
+
+		q = pairingheap_container(QueueState, node, pairingheap_remove_first(ready_heap));
+		q->where = Q_IDLE;
+		if (q->max_in_flight > 0 &&
+			pgq_room(r, q, cstring_to_text(q->name)) <= 0)
+		{
+			skipped = lappend(skipped, q);	/* back after the pass */
+			continue;
+		}
+		start = q->start;
+		if (!pgq_take_one(r, q, now, moved + 1, states))
+		{
+			if (q->next_due != DT_NOEND)
+			{
+				q->where = Q_LATER;
+				pairingheap_add(later_heap, &q->node);
+				if (q->next_due > now)
+					soonest_due = Min(soonest_due, q->next_due);
+			}
+			continue;
+		}
+		moved++;
+		if (q->max_in_flight > 0)
+			q->room--;
+		vtime = Max(vtime, start);
+		q->finish = pgq_tag(q);
+		max_finish = Max(max_finish, q->finish);
+		q->start = q->finish;
+		q->where = Q_READY;
+		pairingheap_add(ready_heap, &q->node);
+	}
+	foreach(lc, skipped)
+	{
+		q = (QueueState *) lfirst(lc);
+		if (q->where == Q_IDLE)
+		{
+			q->where = Q_READY;
+			pairingheap_add(ready_heap, &q->node);
+		}
+	}
+	return moved;
+}
+
+/*
  * One scheduling pass of up to max_items jobs; returns how many it moved.
  * The caller must be inside a transaction; the jobs become claimable, and
  * waiting claims are woken, when that transaction commits.
@@ -1015,11 +1100,10 @@ pgq_schedule_pass(int max_items)
 	int			nown;
 	bool		refresh;
 	uint64		gen;
-	int			moved = 0;
+	int			moved;
 	uint32	   *masks;
 	uint32	   *own_masks;
 	PassStates	states;
-	QueueState *q;
 	PgqTable   *cur;
 	int			i;
 
@@ -1101,68 +1185,10 @@ pgq_schedule_pass(int max_items)
 						nown, false);
 
 	/* queues whose jobs are due by now */
-	soonest_due = DT_NOEND;
-	while (!pairingheap_is_empty(later_heap))
-	{
-		q = pairingheap_container(QueueState, node, pairingheap_first(later_heap));
-		if (q->next_due > now)
-		{
-			soonest_due = q->next_due;
-			break;
-		}
-		pgq_unplace(q);
-		pgq_make_ready(q);
-	}
+	pgq_ready_due(now);
 
 	/* take the smallest tags */
-	{
-		List	   *skipped = NIL;
-		ListCell   *lc;
-
-		while (moved < max_items && !pairingheap_is_empty(ready_heap))
-		{
-			double		start;
-
-			q = pairingheap_container(QueueState, node, pairingheap_remove_first(ready_heap));
-			q->where = Q_IDLE;
-			if (q->max_in_flight > 0 &&
-				pgq_room(&r, q, cstring_to_text(q->name)) <= 0)
-			{
-				skipped = lappend(skipped, q);	/* back after the pass */
-				continue;
-			}
-			start = q->start;
-			if (!pgq_take_one(&r, q, now, moved + 1, &states))
-			{
-				if (q->next_due != DT_NOEND)
-				{
-					q->where = Q_LATER;
-					pairingheap_add(later_heap, &q->node);
-					if (q->next_due > now)
-						soonest_due = Min(soonest_due, q->next_due);
-				}
-				continue;
-			}
-			moved++;
-			if (q->max_in_flight > 0)
-				q->room--;
-			vtime = Max(vtime, start);
-			q->finish = pgq_tag(q);
-			max_finish = Max(max_finish, q->finish);
-			q->start = q->finish;
-			q->where = Q_READY;
-			pairingheap_add(ready_heap, &q->node);
-		}
-		foreach(lc, skipped)
-		{
-			q = (QueueState *) lfirst(lc);
-			if (q->where == Q_IDLE)
-			{
-				q->where = Q_READY;
-				pairingheap_add(ready_heap, &q->node);
-			}
-		}
-	}
+	moved = pgq_take_by_tag(&r, now, max_items, &states);
 
 	pgq_walks_close();
 
