@@ -2,6 +2,7 @@
 MODULE_big = pgqueue
 OBJS = \
 	src/pgqueue.o \
+	src/common.o \
 	src/api.o \
 	src/admin.o \
 	src/archive.o \
@@ -63,8 +64,9 @@ ifeq ($(WERROR),1)
 override BITCODE_CFLAGS += -Werror
 endif
 
-# every object includes the shared headers (PGXS tracks no dependencies)
-$(OBJS): src/pgqueue.h src/shmem.h src/pgq_compat.h
+# every object includes its layer's header, which includes those of the
+# layers below (src/README); PGXS tracks no dependencies
+$(OBJS): $(wildcard src/*.h)
 
 # Reliability checks (docs/internals.md, "Reliability testing"); none is part of
 # installcheck.  Sanitizers: PGXS takes extra flags from the environment or

@@ -8,6 +8,7 @@
 #
 #   bash scripts/test.sh            # everything
 #   bash scripts/test.sh regress    # one kind: docs, regress, compat, isolation, tap, upgrade, soak, fuzz, clients or dashboard
+#       (regress begins with scripts/check-layers.py, the layers of src/: one test of its count)
 #   bash scripts/test.sh matrix     # regress, compat, isolation and upgrade on PostgreSQL 15, 17 and 18,
 #       each in a Debian root of its own (scripts/matrix.sh: MATRIX_KINDS, MATRIX_MAJORS)
 #   SOAK_SECONDS=600 bash scripts/test.sh soak   # a longer soak: each mode 600 s (SOAK_PORTS, SOAK_SEED too)
@@ -71,6 +72,10 @@ command -v make >/dev/null && command -v gcc >/dev/null || need+=(build-essentia
 perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
 case " $KINDS " in *" fuzz "*)
 	command -v sqlsmith >/dev/null || need+=(sqlsmith) ;;
+esac
+# python3 runs scripts/check-layers.py (regress)
+case " $KINDS " in *" regress "*)
+	command -v python3 >/dev/null || need+=(python3) ;;
 esac
 # gdb holds the scheduler in a race window (t/025_ring_wake_after_turn.pl)
 case " $KINDS " in *" tap "*)
@@ -180,10 +185,15 @@ for kind in $KINDS; do
 		if [ "$rc" = 0 ]; then ok=1 bad=0; else ok=0 bad=1; fi
 		;;
 	regress)
+		# first the layers of src/ (src/README): one test, passed or failed
+		log "layers of src/ (scripts/check-layers.py)"
+		python3 "$WORK/tree/scripts/check-layers.py" --quiet "$WORK/tree/src" 2>&1
+		layers_rc=$?
 		log "pg_regress"
 		run_as_pg ISOLATION= TAP_TESTS= >"$out" 2>&1
 		rc=$?
 		read -r ok bad < <(count_pg_regress "$out")
+		if [ "$layers_rc" = 0 ]; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
 		;;
 	compat)
 		log "pg_regress, the 1.0 suite against a 1.0 install"

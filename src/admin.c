@@ -6,9 +6,10 @@
  *		pg_cron).
  *
  * These functions exist only in 1.1 databases (pgqueue--1.1.sql and the
- * update from 1.0).  Like the rest of the API they are SECURITY DEFINER
- * with a fixed search_path, every query is schema-qualified, takes values
- * only as SPI parameters and keeps its plan.
+ * update from 1.0).  Each is SECURITY DEFINER with SET search_path =
+ * pg_catalog, pg_temp and the planner settings, as the calls of api.c that
+ * are not per job; every query is schema-qualified, takes values only as
+ * SPI parameters and keeps its plan.
  *
  * Lock order, as in api.c: a function that touches an existing job locks
  * its pgqueue.work_queue row first and its pgqueue.queue row second.
@@ -17,6 +18,10 @@
  * is deleted with a state predicate, so that under READ COMMITTED a
  * scheduling pass that moved it meanwhile makes the delete skip it, and
  * the cancel goes round again by the work_queue path.
+ *
+ * Layer 5 of src/README (SQL entry points): it may call the other file of
+ * its layer, the job operations (jobs.c, claim.c, schedule.c, archive.c)
+ * and every layer below them.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,23 +34,17 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
-#include "utils/guc.h"
 #include "utils/jsonb.h"
-#include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "api.h"
 
 PG_FUNCTION_INFO_V1(pgq_retry);
 PG_FUNCTION_INFO_V1(pgq_retry_failed);
 PG_FUNCTION_INFO_V1(pgq_cancel);
 PG_FUNCTION_INFO_V1(pgq_purge);
 PG_FUNCTION_INFO_V1(pgq_push_periodic);
-
-/* How long a step of the upkeep waits for a lock, at most (pgq_upkeep_try). */
-#define PGQ_UPKEEP_LOCK_TIMEOUT_MS "100"
 
 /* How often a statement goes round again after losing a race. */
 #define PGQ_ADMIN_ATTEMPTS 10
@@ -67,15 +66,6 @@ static SPIPlanPtr plan_periodic_mark = NULL;
 static SPIPlanPtr plan_periodic_job = NULL;
 static SPIPlanPtr plan_periodic_find = NULL;
 
-/* A statement for pgq_run_retrying. */
-typedef struct PgqStatement
-{
-	SPIPlanPtr	plan;
-	Datum	   *args;
-	const char *nulls;
-	int			rc;				/* SPI result code */
-} PgqStatement;
-
 static void pgq_run_statement(void *arg);
 static bool pgq_run_retrying(PgqStatement *st);
 static uint64 pgq_requeued(int64 *min_np, TimestampTz *min_ra);
@@ -84,120 +74,6 @@ static uint64 pgq_requeued(int64 *min_np, TimestampTz *min_ra);
  * Helpers
  * ----------------------------------------------------------------
  */
-
-/*
- * Run fn(arg) in a subtransaction.  Returns NULL when it succeeded.  An
- * error with SQLSTATE catch_code (with 0: any error but a query cancel) is
- * rolled back with the subtransaction and returned, copied; any other is
- * thrown on.  The caller may be connected to SPI: results of statements
- * run by fn survive a successful return.
- */
-ErrorData *
-pgq_subxact(void (*fn) (void *), void *arg, int catch_code)
-{
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	ErrorData  *edata = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-	PG_TRY();
-	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-
-		/*
-		 * Rolled back before an error is thrown on, as PL/pgSQL's blocks do:
-		 * a caller's pgq_subxact that catches it then rolls back its own.
-		 */
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		if (catch_code != 0 ? edata->sqlerrcode != catch_code
-			: edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			ReThrowError(edata);
-	}
-	PG_END_TRY();
-	return edata;
-}
-
-/*
- * Run a step of a background upkeep (the archive's partitions, the rings
- * of slots) in a subtransaction, waiting at most PGQ_UPKEEP_LOCK_TIMEOUT_MS
- * for any lock (lock_timeout: relations, rows, the catalog alike), so that
- * the scheduler never stalls behind a session that holds one: an error is
- * reported as a WARNING, or at DEBUG1 for a lock not obtained in time or
- * a serialization failure (the next try does not meet them), with hint,
- * and rolled back; the caller goes on.  A query cancel is thrown on.
- */
-void
-pgq_upkeep_try(void (*fn) (void *), void *arg, const char *what, const char *hint)
-{
-	int			nest = NewGUCNestLevel();
-	ErrorData  *edata;
-
-	(void) set_config_option("lock_timeout", PGQ_UPKEEP_LOCK_TIMEOUT_MS,
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-							 true, 0, false);
-	edata = pgq_subxact(fn, arg, 0);
-	AtEOXact_GUC(true, nest);
-
-	if (edata == NULL)
-		return;
-	ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? DEBUG1 : WARNING,
-			(errcode(edata->sqlerrcode),
-			 errmsg("could not %s: %s", what, edata->message),
-			 errhint("%s", hint)));
-	FreeErrorData(edata);
-}
-
-static void
-pgq_run_plan(void *arg)
-{
-	PgqStatement *st = (PgqStatement *) arg;
-
-	st->rc = SPI_execute_plan(st->plan, st->args, st->nulls, false, 0);
-}
-
-/*
- * SPI_execute_plan(plan, args, nulls, false, 0) of a statement on
- * pgqueue.queue through the parent that locks job rows.  When the
- * scheduler moves a job row it meets to slot 0 (ring.c, ring_move_jobs:
- * an UPDATE of its slot, a delete and an insert), PostgreSQL ends the
- * statement with "tuple to be locked was already moved to another
- * partition" (40001) instead of following the row.  Under READ COMMITTED
- * each run takes a new snapshot, which sees the row in slot 0: the
- * statement is run again, in a subtransaction, up to PGQ_ADMIN_ATTEMPTS
- * times (a slot's rows are moved once, in one short statement).  Under
- * REPEATABLE READ or SERIALIZABLE the snapshot would not change: the
- * error is the caller's to retry, as any serialization failure.
- */
-int
-pgq_execute_moving(SPIPlanPtr plan, Datum *args, const char *nulls)
-{
-	PgqStatement st = {plan, args, nulls, 0};
-	int			attempt;
-
-	for (attempt = 1; attempt < PGQ_ADMIN_ATTEMPTS && !IsolationUsesXactSnapshot(); attempt++)
-	{
-		ErrorData  *edata = pgq_subxact(pgq_run_plan, &st, ERRCODE_T_R_SERIALIZATION_FAILURE);
-
-		if (edata == NULL)
-			return st.rc;
-		FreeErrorData(edata);
-	}
-	/* the last try, or the only one: its error is the caller's */
-	return SPI_execute_plan(plan, args, nulls, false, 0);
-}
 
 static void
 pgq_run_statement(void *arg)

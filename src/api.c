@@ -1,20 +1,35 @@
 /*-------------------------------------------------------------------------
  *
  * api.c
- *		The SQL-callable job API (push, claim, extend, ack, nack, release,
- *		configure, stats): argument checking, then the work in jobs.c
- *		(per-job writes), claim.c (claims), or here through SPI for the calls
- *		that are not per job.
+ *		The SQL-callable job API (push, push_batch, schedule, claim,
+ *		extend, ack, ack_batch, nack, release, configure, stats): argument
+ *		checking, then the work in jobs.c (per-job writes), claim.c
+ *		(claims), schedule.c (the scheduling pass), or here through SPI for
+ *		the calls that are not per job.
  *
- * Every function runs as SECURITY DEFINER with search_path fixed to
- * pg_catalog, pg_temp (see pgqueue--1.1.sql).  All queries are
- * schema-qualified, take values only as SPI parameters, and are prepared
- * once per backend and kept (pgq_keep_plan).
+ * Every function runs as SECURITY DEFINER, but not every one fixes
+ * search_path (pgqueue--1.1.sql).  pgq_push_batch, pgq_schedule,
+ * pgq_release, pgq_configure and pgq_stats are declared with SET
+ * search_path = pg_catalog, pg_temp (and, but for pgq_stats, the planner
+ * settings: enable_seqscan, enable_bitmapscan and jit off).  The per-job
+ * calls, pgq_push, pgq_claim, pgq_extend, pgq_ack, pgq_ack_batch and
+ * pgq_nack, carry no SET clause from 1.1 on: their C paths resolve no name
+ * through search_path, and the SQL they run on rare paths (a push with a
+ * dedup_key, the steal of expired leases, the look for a job row not found
+ * in its slots) connects with pgq_spi_connect, which sets the same
+ * search_path and planner settings for it.  (In a 1.0 database every
+ * function keeps its SET clauses.)  All queries are schema-qualified, take
+ * values only as SPI parameters, and are prepared once per backend and
+ * kept (pgq_keep_plan).
  *
  * Lock order, to stay free of deadlocks: a function that touches an
  * existing job locks its pgqueue.work_queue row first and its pgqueue.queue
  * row second.  The scheduling pass only locks pgqueue.queue rows that have
  * no work_queue row yet.
+ *
+ * Layer 5 of src/README (SQL entry points): it may call the other file of
+ * its layer, the job operations (jobs.c, claim.c, schedule.c, archive.c)
+ * and every layer below them.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,25 +39,23 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
-#include "common/int.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
-#include "storage/lmgr.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "api.h"
 
 PG_FUNCTION_INFO_V1(pgq_push);
 PG_FUNCTION_INFO_V1(pgq_push_batch);
+PG_FUNCTION_INFO_V1(pgq_schedule);
 PG_FUNCTION_INFO_V1(pgq_claim);
 PG_FUNCTION_INFO_V1(pgq_extend);
 PG_FUNCTION_INFO_V1(pgq_ack);
@@ -51,6 +64,9 @@ PG_FUNCTION_INFO_V1(pgq_nack);
 PG_FUNCTION_INFO_V1(pgq_release);
 PG_FUNCTION_INFO_V1(pgq_configure);
 PG_FUNCTION_INFO_V1(pgq_stats);
+
+/* pgqueue.max_payload_size (kB): the largest payload a push takes */
+int			pgqueue_max_payload_kb = 16 * 1024;
 
 /* Kept plans, prepared on first use in each backend. */
 static SPIPlanPtr plan_push_dedup[2];	/* by slotted (1.1) or not (1.0) */
@@ -64,240 +80,12 @@ static void pgq_check_payload(Jsonb *payload);
 static void pgq_check_run_after(TimestampTz run_after);
 static ArrayType *pgq_queues_arg(FunctionCallInfo fcinfo, int argno);
 static Datum *pgq_ids_arg(FunctionCallInfo fcinfo, int argno, int *n);
+static bool pgq_user_upkeep(void);
 
 /* ----------------------------------------------------------------
  * Helpers
  * ----------------------------------------------------------------
  */
-
-/* Depth of pgq_spi_ddl calls under way in this backend. */
-static int	own_ddl_depth = 0;
-
-/*
- * Run one statement of pgqueue's own DDL (a slot or archive partition made,
- * truncated, attached or dropped) through SPI; returns SPI_execute's code.
- * While it runs, the utility hook does not take the statement for a
- * restore (hook.c: pgq_in_own_ddl).  The caller is connected to SPI.
- */
-int
-pgq_spi_ddl(const char *sql)
-{
-	int			rc;
-
-	own_ddl_depth++;
-	PG_TRY();
-	{
-		rc = SPI_execute(sql, false, 0);
-	}
-	PG_FINALLY();
-	{
-		own_ddl_depth--;
-	}
-	PG_END_TRY();
-	return rc;
-}
-
-/* Whether a statement runs for pgq_spi_ddl (the utility hook asks). */
-bool
-pgq_in_own_ddl(void)
-{
-	return own_ddl_depth > 0;
-}
-
-/*
- * Return the kept plan in *cache, preparing and keeping it first if needed.
- * The caller must be connected to SPI.
- *
- * The plan is always generic (CURSOR_OPT_GENERIC_PLAN): the plan cache would
- * otherwise re-plan these multi-CTE statements on most calls, which costs
- * more than running them.  Every statement is written so that its generic
- * plan is the right one (index probes driven by LIMIT and "= ANY (ARRAY())").
- */
-SPIPlanPtr
-pgq_keep_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
-{
-	if (*cache == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
-											  CURSOR_OPT_GENERIC_PLAN);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s",
-				 SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		*cache = plan;
-	}
-	return *cache;
-}
-
-/*
- * SPI_connect for the functions without SET clauses (the per-job calls,
- * whose C paths resolve no name through search_path; pgqueue--1.1.sql):
- * their SQL statements, which run on rare paths only (a dedup push, a
- * steal), get what the SET clauses give the others: search_path =
- * pg_catalog, pg_temp, so that nothing on the caller's search_path can
- * hijack an operator or function, and the planner settings of their kept
- * plans.  Returns the GUC nest level for pgq_spi_finish.
- */
-int
-pgq_spi_connect(void)
-{
-	int			nest;
-
-	SPI_connect();
-	nest = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_SUSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_seqscan", "off", PGC_SUSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_bitmapscan", "off", PGC_SUSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("jit", "off", PGC_SUSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	return nest;
-}
-
-/* End what pgq_spi_connect began. */
-void
-pgq_spi_finish(int nest)
-{
-	AtEOXact_GUC(true, nest);
-	SPI_finish();
-}
-
-/*
- * Which layout this database's pgqueue tables have: PGQ_V11 when
- * pgqueue.work_queue has the tries column of version 1.1, else PGQ_V10.  One
- * library serves databases still at 1.0 (packages replace the library before
- * anyone runs ALTER EXTENSION ... UPDATE) and updated ones, and tells them
- * apart per call.  work_queue is locked first (ACCESS SHARE, held to the end
- * of the transaction, which also works on a standby), so a concurrent update
- * is waited for and its new layout seen.
- */
-PgqLayout
-pgq_layout(void)
-{
-	Oid			relid = pgq_relid(get_namespace_oid("pgqueue", false), "work_queue");
-
-	LockRelationOid(relid, AccessShareLock);
-	return get_attnum(relid, "tries") != InvalidAttrNumber ? PGQ_V11 : PGQ_V10;
-}
-
-/*
- * Length of an interval in microseconds, counting a month as 30 days and a
- * day as 24 hours (as justify_interval does); for settings that are not a
- * deadline (a queue's retention).  Returns PG_INT64_MAX (or MIN) when it
- * does not fit.
- */
-int64
-pgq_interval_usecs(Datum interval)
-{
-	Interval   *iv = DatumGetIntervalP(interval);
-	int64		days;
-	int64		usecs;
-
-	days = (int64) iv->month * DAYS_PER_MONTH + iv->day;
-	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &usecs) ||
-		pg_add_s64_overflow(usecs, iv->time, &usecs))
-		return (days < 0 || (days == 0 && iv->time < 0)) ? PG_INT64_MIN : PG_INT64_MAX;
-	return usecs;
-}
-
-/*
- * from + interval, as SQL's "timestamptz + interval" computes it (calendar
- * months, days that may have 23 or 25 hours): the one arithmetic for every
- * deadline the API sets (leases, retries, waits) and for the checks of the
- * intervals that set them (pgq_interval_arg), so that what passes the check
- * is what is applied.  An interval with a part beyond 1,000 years gives
- * DT_NOEND (or DT_NOBEGIN when that part is negative), which every caller
- * rejects: nothing pgqueue accepts comes near, and timestamp arithmetic
- * would overflow further out.
- */
-TimestampTz
-pgq_deadline(TimestampTz from, Datum interval)
-{
-	Interval   *iv = DatumGetIntervalP(interval);
-	const int64 max_usecs = INT64CONST(1000) * 366 * USECS_PER_DAY;
-
-	if (iv->month > 12000 || iv->day > 366000 || iv->time > max_usecs)
-		return DT_NOEND;
-	if (iv->month < -12000 || iv->day < -366000 || iv->time < -max_usecs)
-		return DT_NOBEGIN;
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(from),
-												   interval));
-}
-
-/* Raise 22004 when required argument argno is NULL. */
-void
-pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", argname)));
-}
-
-/*
- * A required text argument of 1 to maxbytes bytes, as the text it is (not
- * detoasted beyond a short header: pass it on as a Datum or compare it).
- */
-text *
-pgq_checked_text_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
-					 int maxbytes)
-{
-	text	   *t;
-	int			len;
-
-	pgq_require(fcinfo, argno, argname);
-	t = PG_GETARG_TEXT_PP(argno);
-	len = VARSIZE_ANY_EXHDR(t);
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", argname)));
-	if (len > maxbytes)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s is too long", argname),
-				 errdetail("It is %d bytes long; the maximum is %d bytes.",
-						   len, maxbytes)));
-	return t;
-}
-
-/* The same, as a C string. */
-char *
-pgq_text_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
-			 int maxbytes)
-{
-	return text_to_cstring(pgq_checked_text_arg(fcinfo, argno, argname, maxbytes));
-}
-
-/*
- * A required interval argument: now + it (pgq_deadline) must lie between
- * now + min_usecs (0, or 1 for "positive") and now + max_usecs (spelt
- * max_text in the error).  Returns the distance in microseconds.
- */
-int64
-pgq_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
-				 int64 min_usecs, int64 max_usecs, const char *max_text)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz deadline;
-
-	pgq_require(fcinfo, argno, argname);
-	deadline = pgq_deadline(now, PG_GETARG_DATUM(argno));
-	if (TIMESTAMP_NOT_FINITE(deadline) ||
-		deadline - now < min_usecs || deadline - now > max_usecs)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s is out of range", argname),
-				 errdetail("%s must be %s and at most %s.", argname,
-						   min_usecs > 0 ? "positive" : "zero or positive",
-						   max_text)));
-	return deadline - now;
-}
 
 /* A required lock_key argument (1 .. PGQ_MAX_KEY_BYTES bytes) as text. */
 static text *
@@ -336,22 +124,6 @@ pgq_ids_arg(FunctionCallInfo fcinfo, int argno, int *n)
 		if (!nulls[i])
 			elems[(*n)++] = elems[i];
 	return elems;
-}
-
-/* max_items: required, 1 .. PGQ_MAX_ITEMS (pgq_claim, pgq_schedule). */
-int
-pgq_max_items_arg(FunctionCallInfo fcinfo, int argno)
-{
-	int32		n;
-
-	pgq_require(fcinfo, argno, "max_items");
-	n = PG_GETARG_INT32(argno);
-	if (n < 1 || n > PGQ_MAX_ITEMS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_items must be between 1 and %d", PGQ_MAX_ITEMS),
-				 errdetail("max_items was %d.", n)));
-	return n;
 }
 
 /* Reject payloads over pgqueue.max_payload_size. */
@@ -649,6 +421,65 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	if (n > 0)
 		pgq_push_lower_at_commit(fcinfo, slot);
 	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * pgq_schedule
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Whether a user's pgq_schedule runs the upkeep of the archive (archive.c,
+ * retire.c) now.  Its DDL takes ACCESS EXCLUSIVE on pgqueue.archive, held
+ * to the end of the transaction: in the caller's open transaction it
+ * would make every ack, cancel and purge on a queue with a retention wait
+ * for the caller's commit.  So it never runs in a transaction that goes
+ * on after the statement: not in a transaction block (BEGIN, or several
+ * statements sent as one), nor in a pipeline of the extended protocol
+ * (PreventInTransactionBlock's test); the statement's transaction is then
+ * made to commit with it (as CREATE DATABASE does).  And not when a
+ * scheduler runs for this database with pgqueue.enabled on: it runs the
+ * upkeep in transactions of its own.  What is left is a server without
+ * the preloaded library, or with the scheduler off, where the cron that
+ * calls pgq_schedule() runs the upkeep.
+ */
+static bool
+pgq_user_upkeep(void)
+{
+	if (pgqueue_enabled && pgq_scheduler_attached())
+		return false;
+	if (IsTransactionBlock() || (MyXactFlags & XACT_FLAGS_PIPELINING))
+		return false;
+	if (!pgq_archive_maintain_wanted() && !pgq_retired_drop_wanted())
+		return false;
+	MyXactFlags |= XACT_FLAGS_NEEDIMMEDIATECOMMIT;
+	return true;
+}
+
+/*
+ * pgq_schedule(max_items int) returns int
+ *
+ * One scheduling pass run by the user (the background worker calls
+ * pgq_schedule_pass directly), with the archive's upkeep when
+ * pgq_user_upkeep says so.
+ */
+Datum
+pgq_schedule(PG_FUNCTION_ARGS)
+{
+	int			max_items = pgq_max_items_arg(fcinfo, 0);
+	int			moved;
+
+	if (pgq_user_upkeep())
+	{
+		if (pgq_archive_maintain_wanted())
+			pgq_archive_maintain();
+		if (pgq_retired_drop_wanted())
+			pgq_retired_drop();
+	}
+	moved = pgq_schedule_pass(max_items);
+
+	pgq_count_now(PGQ_PASSES, 1);
+	PG_RETURN_INT32(moved);
 }
 
 /* ----------------------------------------------------------------

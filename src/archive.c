@@ -36,6 +36,10 @@
  * statement of a user's pgq_schedule outside a transaction block (see
  * pgq_schedule), so that ACCESS EXCLUSIVE is held for a moment only.
  *
+ * Layer 4 of src/README (job operations): it may call the other files of
+ * its layer, storage (tables.c, ring.c, retire.c, uuid7.c), shared memory
+ * and wake-ups (shmem.c, publish.c, bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -61,7 +65,7 @@
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 
-#include "pgqueue.h"
+#include "jobs.h"
 
 /* Partitions exist this far past now + retention. */
 #define PGQ_ARCHIVE_AHEAD_USECS		USECS_PER_DAY

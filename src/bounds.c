@@ -116,6 +116,9 @@
  * Without shared memory (the library not preloaded) every walk is a full
  * walk.
  *
+ * Layer 2 of src/README (shared memory and wake-ups): it may call the
+ * other files of its layer and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -123,7 +126,7 @@
 #include "access/xact.h"
 #include "utils/timestamp.h"
 
-#include "shmem.h"
+#include "shmem_internal.h"
 
 #define PGQ_FULL_CHECK_MS	1000
 #define PGQ_FULL_COST		100

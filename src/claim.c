@@ -33,6 +33,10 @@
  * (from the PGQ_BOUND_LEASE bound up to now) decides whether the statement
  * that steals (or fails, on their last try) them runs at all.
  *
+ * Layer 4 of src/README (job operations): it may call the other files of
+ * its layer, storage (tables.c, ring.c, retire.c, uuid7.c), shared memory
+ * and wake-ups (shmem.c, publish.c, bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -58,7 +62,7 @@
 #include "utils/tuplestore.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "jobs.h"
 
 static SPIPlanPtr plan_claim_stolen[2] = {NULL, NULL};
 

@@ -57,6 +57,10 @@
  * in pgqueue.database names no database: the launcher logs it once and
  * looks again every second (docs/operations.md: change pgqueue.database and restart).
  *
+ * Layer 6 of src/README (processes and hooks): it may call the other
+ * files of its layer, the SQL entry points (api.c, admin.c) and every
+ * layer below them.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

@@ -8,6 +8,10 @@
  * Lock order, to stay free of deadlocks: a call that touches an existing
  * job locks (writes) its work_queue row first and its job row second.
  *
+ * Layer 4 of src/README (job operations): it may call the other files of
+ * its layer, storage (tables.c, ring.c, retire.c, uuid7.c), shared memory
+ * and wake-ups (shmem.c, publish.c, bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -31,7 +35,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "jobs.h"
 
 /* Backoff of pgq_nack without retry_in: 1 s doubling per try, at most 1 h. */
 #define PGQ_BACKOFF_BASE_USECS	USECS_PER_SEC

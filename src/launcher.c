@@ -51,6 +51,10 @@
  * released, which sets the launcher's latch, or until the holding backend
  * is gone (a hold of a backend that died is released here).
  *
+ * Layer 6 of src/README (processes and hooks): it may call the other
+ * files of its layer, the SQL entry points (api.c, admin.c) and every
+ * layer below them.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -81,6 +85,9 @@
 /* A scheduler is started at most once a second per database. */
 #define PGQ_RESTART_MS 1000
 
+/* pgqueue.database: the databases that get a scheduler (pgq_database_list) */
+char	   *pgqueue_database = NULL;
+
 /* What pg_database says of a database. */
 typedef enum PgqDbState
 {
@@ -104,6 +111,38 @@ static long pgq_launcher_tend(PgqLaunchedDb *db, int dbindex);
 static PgqDbState pgq_database_state(const char *dbname, Oid *dboid);
 static bool pgq_start_scheduler(PgqLaunchedDb *db, int dbindex, Oid dboid);
 static void pgq_launcher_replace(void);
+
+/*
+ * Split pgqueue.database into a list of palloc'd names: comma-separated,
+ * surrounding white space trimmed, empty entries ignored, case kept (unlike
+ * SplitIdentifierString, so "MyDb" names the database MyDb).
+ */
+List *
+pgq_database_list(void)
+{
+	List	   *names = NIL;
+	char	   *p = pstrdup(pgqueue_database ? pgqueue_database : "");
+
+	while (*p)
+	{
+		char	   *end = strchr(p, ',');
+		char	   *last;
+
+		if (end)
+			*end = '\0';
+		while (*p == ' ' || *p == '\t')
+			p++;
+		last = p + strlen(p);
+		while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
+			*--last = '\0';
+		if (*p)
+			names = lappend(names, p);
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	return names;
+}
 
 /*
  * Entry point of the launcher.  Connects to no database; runs until

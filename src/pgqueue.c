@@ -1,13 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * pgqueue.c
- *		Entry point of the pgqueue extension: GUCs, shared memory hooks, the
- *		utility hook and the registration of the launcher background worker.
+ *		Entry point of the pgqueue extension: defines the GUCs (over
+ *		variables that the files using them own), installs the shared
+ *		memory hooks and the utility hook, registers the transaction
+ *		callbacks and the launcher background worker.
  *
  * The SQL functions work whether or not the library is preloaded.  With
  * shared_preload_libraries = 'pgqueue' we also get shared memory (counters,
  * wake-on-commit, blocking claims) and the launcher, which starts one
  * scheduler per database named in pgqueue.database (launcher.c).
+ *
+ * Layer 7 of src/README (the module, on top): it may call every other
+ * file.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,12 +27,6 @@
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
-
-char	   *pgqueue_database = NULL;
-int			pgqueue_naptime = 1000;
-int			pgqueue_batch_size = 100;
-bool		pgqueue_enabled = true;
-int			pgqueue_max_payload_kb = 16 * 1024;
 
 static void pgq_register_launcher(void);
 
@@ -96,8 +95,11 @@ _PG_init(void)
 								   NULL, NULL, NULL);
 	}
 
-	/* Every backend publishes wake-ups and counters at commit. */
-	pgq_xact_callbacks_register();
+	/*
+	 * Every backend publishes wake-ups and counters at commit, and a
+	 * scheduling pass that rolled back is forgotten (schedule.c).
+	 */
+	pgq_xact_callbacks_register(pgq_schedule_at_xact_end);
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;
@@ -112,38 +114,6 @@ _PG_init(void)
 	pgq_shmem_install_hooks();
 	pgq_hook_install();
 	pgq_register_launcher();
-}
-
-/*
- * Split pgqueue.database into a list of palloc'd names: comma-separated,
- * surrounding white space trimmed, empty entries ignored, case kept (unlike
- * SplitIdentifierString, so "MyDb" names the database MyDb).
- */
-List *
-pgq_database_list(void)
-{
-	List	   *names = NIL;
-	char	   *p = pstrdup(pgqueue_database ? pgqueue_database : "");
-
-	while (*p)
-	{
-		char	   *end = strchr(p, ',');
-		char	   *last;
-
-		if (end)
-			*end = '\0';
-		while (*p == ' ' || *p == '\t')
-			p++;
-		last = p + strlen(p);
-		while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
-			*--last = '\0';
-		if (*p)
-			names = lappend(names, p);
-		if (!end)
-			break;
-		p = end + 1;
-	}
-	return names;
 }
 
 /*

@@ -16,6 +16,11 @@
  * Without shared memory (the library not preloaded) nothing is published
  * and blocking claims poll.
  *
+ * Layer 2 of src/README (shared memory and wake-ups): it may call the
+ * other files of its layer and common.c.  The one step of a layer above
+ * that the transaction callback runs, the scheduling pass's
+ * (schedule.c), it calls through the pointer _PG_init registers.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -31,7 +36,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-#include "shmem.h"
+#include "shmem_internal.h"
 
 PG_FUNCTION_INFO_V1(pgq_counters);
 
@@ -72,6 +77,13 @@ static uint32 pending_ready_slots[PGQ_READY_NAMES];
 static int	pending_nready = 0;
 static bool pending_ready_all = false;
 static bool pending_settings = false;
+
+/*
+ * What the scheduling pass does at the end of every transaction
+ * (schedule.c, pgq_schedule_at_xact_end): a layer above this one, so
+ * given to pgq_xact_callbacks_register rather than called by name.
+ */
+static PgqXactEndCallback xact_end_callback = NULL;
 
 /* The blocking claim of this backend, while it waits (see pgq_prepare_wait). */
 static bool waiting = false;
@@ -377,11 +389,13 @@ pgq_settings_generation(void)
 
 /*
  * Register the transaction callbacks; every backend that loads the library
- * does this once, from _PG_init.
+ * does this once, from _PG_init.  at_xact_end is called at every commit,
+ * abort and prepare, after the bounds have been dealt with.
  */
 void
-pgq_xact_callbacks_register(void)
+pgq_xact_callbacks_register(PgqXactEndCallback at_xact_end)
 {
+	xact_end_callback = at_xact_end;
 	RegisterXactCallback(pgq_xact_callback, NULL);
 	RegisterSubXactCallback(pgq_subxact_callback, NULL);
 }
@@ -405,7 +419,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
 	{
 		pgq_bounds_at_xact_end(true);
-		pgq_schedule_at_xact_end(true);
+		xact_end_callback(true);
 		if (pgq_shared != NULL)
 		{
 			PgqDbSlot  *slot;
@@ -452,14 +466,14 @@ pgq_xact_callback(XactEvent event, void *arg)
 		 * that a waiting claim skipped: let it look again.
 		 */
 		pgq_bounds_at_xact_end(false);
-		pgq_schedule_at_xact_end(false);
+		xact_end_callback(false);
 		if (pending_wake & PGQ_WAKE_ON_ABORT)
 			pgq_broadcast_claimers();
 	}
 	else if (event == XACT_EVENT_PREPARE)
 	{
 		pgq_bounds_at_xact_end(false);	/* see bounds.c, rule 7 */
-		pgq_schedule_at_xact_end(false);	/* it may yet roll back */
+		xact_end_callback(false);	/* it may yet roll back */
 	}
 	else
 		return;

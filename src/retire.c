@@ -39,6 +39,10 @@
  * take SHARE UPDATE EXCLUSIVE on the extension (ALTER EXTENSION), without
  * waiting.  Nothing here waits for a lock without bound.
  *
+ * Layer 3 of src/README (storage): it may call the other files of its
+ * layer, those of shared memory and wake-ups (shmem.c, publish.c,
+ * bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -66,7 +70,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "pgqueue.h"
+#include "storage.h"
 
 /*
  * How often pgq_retired_drop looks, at most: after a look that found

@@ -87,7 +87,7 @@
  *		expired leases are SQL statements on the parents, whose partitions
  *		the planner reads at each statement; one that meets a row being
  *		moved fails with 40001, and runs again under READ COMMITTED
- *		(admin.c, pgq_execute_moving).
+ *		(common.c, pgq_execute_moving).
  *	 the archive's upkeep (archive.c) changes only pgqueue.archive.
  *
  * Why no row is lost or hidden.  Rows are inserted only into a slot that
@@ -154,6 +154,10 @@
  * a member of the extension, which pg_dump neither dumps nor locks, and
  * dropped once no snapshot from before that is left.
  *
+ * Layer 3 of src/README (storage): it may call the other files of its
+ * layer, those of shared memory and wake-ups (shmem.c, publish.c,
+ * bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -186,7 +190,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "pgqueue.h"
+#include "storage.h"
 
 /* pgqueue.slot_size: a new current slot when the current one is this big */
 int			pgqueue_slot_size_kb = 1024;
@@ -856,6 +860,143 @@ pgq_ring_stats_flush_wanted(void)
 }
 
 /*
+ * Truncate drained slot s of pgqueue.name, if it may be: once no snapshot
+ * that could see its rows is left (waits_over) and under ACCESS EXCLUSIVE
+ * had at once; else it is not reusable now (*pinned counts it).  Returns
+ * whether s changed state.
+ */
+static bool
+ring_truncate_drained(RingNotes *rn, const char *name, RingSlot *s, TimestampTz now,
+					  int *pinned)
+{
+	if (!waits_over(rn, s->slot) ||
+		!ConditionalLockRelationOid(s->relid, AccessExclusiveLock))
+	{
+		(*pinned)++;
+		return false;
+	}
+	if (slot_rows(s->relid, 0) > 0)
+	{
+		/* cannot happen (the rule above); never truncate rows */
+		ereport(LOG,
+				(errmsg("pgqueue: drained slot %d of pgqueue.%s has rows; it is live again",
+						s->slot, name)));
+		set_state(name, s, SLOT_LIVE);
+		return true;
+	}
+	/* a standby snapshot older than the deletes: cancelled */
+	{
+		Relation	rel = relation_open(s->relid, NoLock);
+
+		pgq_standby_conflict(rel, rn->next_xid[s->slot]);
+		relation_close(rel, NoLock);
+	}
+	ring_ddl(psprintf("TRUNCATE pgqueue.%s",
+					  quote_identifier(get_rel_name(s->relid))));
+	set_state(name, s, SLOT_FREE);
+	rn->waits_noted[s->slot] = false;
+	rn->made_xmin[s->slot] = InvalidTransactionId;
+	rn->truncated[s->slot] = now;
+	stats_flush_wanted = true;
+	return true;
+}
+
+/*
+ * Mark live slot s of pgqueue.name drained if it is empty for good: found
+ * empty after every transaction that held a lock on it at an earlier look
+ * has ended (or under SHARE, had at once, which none holds): see "Why no
+ * row is lost".  Returns whether it was drained.
+ */
+static bool
+ring_drain_if_empty(RingNotes *rn, const char *name, RingSlot *s)
+{
+	bool		drain = false;
+
+	if (slot_rows(s->relid, 0) > 0)
+		rn->lockers_noted[s->slot] = false;
+	else if (ConditionalLockRelationOid(s->relid, ShareLock))
+		drain = (slot_rows(s->relid, 0) == 0);	/* no writer: exact */
+	else if (!rn->lockers_noted[s->slot])
+		note_lockers(rn, s);
+	else if (lockers_over(rn, s->slot))
+		drain = slot_settled_empty(s->relid);
+	if (drain)
+	{
+		set_state(name, s, SLOT_DRAINED);
+		note_waits(rn, s->slot);
+		rn->lockers_noted[s->slot] = false;
+	}
+	return drain;
+}
+
+/*
+ * The free slot of ring to make current: one that no one has locked
+ * (ACCESS EXCLUSIVE, had at once), or NULL.  A transaction that read the
+ * parent holds a lock on every slot it had then, until it ends, and one of
+ * those filled again could not be truncated before that.  The one
+ * truncated longest ago first (truncated[] is 0 once it is no longer
+ * watched): its statistics are settled (stats_settle).  *pinned counts
+ * the free slots passed over because another transaction holds a lock.
+ */
+static RingSlot *
+ring_free_slot(Ring *ring, RingNotes *rn, int *pinned)
+{
+	bool		tried[PGQ_MAX_SLOTS] = {0};
+	int			i;
+
+	for (;;)
+	{
+		RingSlot   *oldest = NULL;
+
+		for (i = 0; i < ring->n; i++)
+		{
+			RingSlot   *f = &ring->slots[i];
+
+			if (slot_is_free(f) && !tried[i] &&
+				(oldest == NULL || rn->truncated[f->slot] < rn->truncated[oldest->slot]))
+				oldest = f;
+		}
+		if (oldest == NULL)
+			return NULL;
+		tried[oldest - ring->slots] = true;
+		if (ConditionalLockRelationOid(oldest->relid, AccessExclusiveLock))
+			return oldest;
+		(*pinned)++;
+	}
+}
+
+/*
+ * Make a new slot of ring r (pgqueue.name, in namespace nsp) and add it to
+ * ring, free: the lowest number not taken by a slot, nor by a table's
+ * name.  NULL when every number below PGQ_MAX_SLOTS is taken.
+ */
+static RingSlot *
+ring_new_slot(Oid nsp, int r, const char *name, Ring *ring)
+{
+	RingSlot   *next = NULL;
+	int32		s;
+	int			i;
+
+	/* the lowest number not taken by a slot, nor by a table's name */
+	for (s = 1; s < PGQ_MAX_SLOTS; s++)
+	{
+		for (i = 0; i < ring->n && ring->slots[i].slot != s; i++)
+			;
+		if (i == ring->n &&
+			!OidIsValid(get_relname_relid(psprintf("%s_%d", name, s), nsp)))
+			break;
+	}
+	if (s < PGQ_MAX_SLOTS)
+	{
+		next = &ring->slots[ring->n++];
+		next->slot = s;
+		next->relid = make_slot(nsp, r, s);
+		next->state = SLOT_FREE;
+	}
+	return next;
+}
+
+/*
  * One look at a ring (*arg: RING_QUEUE, RING_WORK): truncate the drained
  * slots that may be, mark drained the live ones found empty, and make a
  * new slot current when the current one has grown to pgqueue.slot_size.
@@ -901,105 +1042,27 @@ ring_turn(void *arg)
 			continue;			/* the extension's: live for good */
 		if (s->state == SLOT_DRAINED)
 		{
-			if (!waits_over(rn, s->slot) ||
-				!ConditionalLockRelationOid(s->relid, AccessExclusiveLock))
-			{
-				pinned++;
-				continue;
-			}
-			if (slot_rows(s->relid, 0) > 0)
-			{
-				/* cannot happen (the rule above); never truncate rows */
-				ereport(LOG,
-						(errmsg("pgqueue: drained slot %d of pgqueue.%s has rows; it is live again",
-								s->slot, name)));
-				set_state(name, s, SLOT_LIVE);
+			if (ring_truncate_drained(rn, name, s, now, &pinned))
 				changed = true;
-				continue;
-			}
-			/* a standby snapshot older than the deletes: cancelled */
-			{
-				Relation	rel = relation_open(s->relid, NoLock);
-
-				pgq_standby_conflict(rel, rn->next_xid[s->slot]);
-				relation_close(rel, NoLock);
-			}
-			ring_ddl(psprintf("TRUNCATE pgqueue.%s",
-							  quote_identifier(get_rel_name(s->relid))));
-			set_state(name, s, SLOT_FREE);
-			rn->waits_noted[s->slot] = false;
-			rn->made_xmin[s->slot] = InvalidTransactionId;
-			rn->truncated[s->slot] = now;
-			stats_flush_wanted = true;
-			changed = true;
 		}
 		else if (s->state == SLOT_FREE && rn->truncated[s->slot] != 0)
 			stats_settle(rn, s, now);
 		else if (s->state == SLOT_LIVE && s->has_row)
 		{
 			/*
-			 * Drained once found empty after every transaction that held
-			 * a lock on it at an earlier look has ended (or under SHARE,
-			 * had at once, which none holds): see "Why no row is lost".
 			 * A slot without a row in pgqueue.slots is not one this ring
 			 * made (a restore's, whose rows and states may still be on
 			 * their way): left live.
 			 */
-			bool		drain = false;
-
-			if (slot_rows(s->relid, 0) > 0)
-				rn->lockers_noted[s->slot] = false;
-			else if (ConditionalLockRelationOid(s->relid, ShareLock))
-				drain = (slot_rows(s->relid, 0) == 0);	/* no writer: exact */
-			else if (!rn->lockers_noted[s->slot])
-				note_lockers(rn, s);
-			else if (lockers_over(rn, s->slot))
-				drain = slot_settled_empty(s->relid);
-			if (drain)
-			{
-				set_state(name, s, SLOT_DRAINED);
-				note_waits(rn, s->slot);
-				rn->lockers_noted[s->slot] = false;
+			if (ring_drain_if_empty(rn, name, s))
 				changed = true;
-			}
 		}
 	}
 
 	/* time for a new current slot? */
 	if (slot_full(cur->relid))
 	{
-		RingSlot   *next = NULL;
-		bool		tried[PGQ_MAX_SLOTS] = {0};
-
-		/*
-		 * A free slot that no one has locked: a transaction that read the
-		 * parent holds a lock on every slot it had then, until it ends, and
-		 * one of those filled again could not be truncated before that.
-		 * The one truncated longest ago first (truncated[] is 0 once it is
-		 * no longer watched): its statistics are settled (stats_settle).
-		 */
-		for (;;)
-		{
-			RingSlot   *oldest = NULL;
-
-			for (i = 0; i < ring.n; i++)
-			{
-				RingSlot   *f = &ring.slots[i];
-
-				if (slot_is_free(f) && !tried[i] &&
-					(oldest == NULL || rn->truncated[f->slot] < rn->truncated[oldest->slot]))
-					oldest = f;
-			}
-			if (oldest == NULL)
-				break;
-			tried[oldest - ring.slots] = true;
-			if (ConditionalLockRelationOid(oldest->relid, AccessExclusiveLock))
-			{
-				next = oldest;
-				break;
-			}
-			pinned++;
-		}
+		RingSlot   *next = ring_free_slot(&ring, rn, &pinned);
 
 		/*
 		 * A new slot: up to PGQ_RING_SLOTS, or PGQ_MAX_SLOTS while slots
@@ -1010,26 +1073,7 @@ ring_turn(void *arg)
 		 * PGQ_RING_SLOTS: the current slot grows past pgqueue.slot_size.
 		 */
 		if (next == NULL && ring.n < (pinned > 0 ? PGQ_MAX_SLOTS : PGQ_RING_SLOTS))
-		{
-			int32		s;
-
-			/* the lowest number not taken by a slot, nor by a table's name */
-			for (s = 1; s < PGQ_MAX_SLOTS; s++)
-			{
-				for (i = 0; i < ring.n && ring.slots[i].slot != s; i++)
-					;
-				if (i == ring.n &&
-					!OidIsValid(get_relname_relid(psprintf("%s_%d", name, s), nsp)))
-					break;
-			}
-			if (s < PGQ_MAX_SLOTS)
-			{
-				next = &ring.slots[ring.n++];
-				next->slot = s;
-				next->relid = make_slot(nsp, r, s);
-				next->state = SLOT_FREE;
-			}
-		}
+			next = ring_new_slot(nsp, r, name, &ring);
 		if (next != NULL)
 		{
 			set_state(name, cur, SLOT_LIVE);

@@ -48,6 +48,10 @@
  * capped queue it schedules into, without waiting; a capped queue locked by
  * another open pass is left out of this pass (its room may be in use).
  *
+ * Layer 4 of src/README (job operations): it may call the other files of
+ * its layer, storage (tables.c, ring.c, retire.c, uuid7.c), shared memory
+ * and wake-ups (shmem.c, publish.c, bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -78,9 +82,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
-
-PG_FUNCTION_INFO_V1(pgq_schedule);
+#include "jobs.h"
 
 #define PGQ_CAP_LOCK_KEY 1885827445
 
@@ -159,7 +161,6 @@ typedef struct PassRels
 static int64 pgq_index_entries_read(Relation idx);
 
 static int	pgq_ready_queue_names(PassRels *r, char ***names, uint32 **masks);
-static bool pgq_user_upkeep(void);
 
 /* Tag of the job a queue in the ready heap offers. */
 static inline double
@@ -684,6 +685,106 @@ pgq_walks_close(void)
 }
 
 /*
+ * Open this pass's walks of q's range from cursor (after it, or at it when
+ * not after): one in each slot of pgqueue.queue that may hold ready jobs of
+ * q (q->slots; a slot past the mask's bits always), each read to its first
+ * row.  They replace the walks open so far.  Returns how many.
+ */
+static int
+pgq_walks_open(PassRels *r, QueueState *q, text *qname, const QueuePos *cursor,
+			   bool after)
+{
+	SlotWalk   *walks = open_walks.walks;
+	int			nwalks;
+	int			k;
+
+	pgq_walks_close();
+	nwalks = 0;
+	for (k = 0; k < r->w.jobs_view.n; k++)
+	{
+		uint32		bit = PGQ_SLOT_BIT(r->w.jobs_view.slot[k]);
+		SlotWalk   *sw;
+
+		if (bit != 0 && (q->slots & bit) == 0)
+			continue;
+		sw = &walks[nwalks++];
+		sw->i = k;
+		sw->t = pgq_job_slot(&r->w, k);
+		sw->scan = pgq_walk_begin(r, k, qname, cursor, after, sw->keys, sw->row);
+		sw->saw_ready = false;
+		pgq_walk_next(sw);
+	}
+	open_walks.q = q;
+	open_walks.pass = pass_count;
+	open_walks.n = nwalks;
+	return nwalks;
+}
+
+/*
+ * Take the due job row that job->found holds, as SKIP LOCKED would: update
+ * the version the snapshot sees to 'scheduled', without waiting; when that
+ * succeeds (TM_Ok), insert its work_queue row into the current slot with
+ * batch_order order and created now.  Returns the update's result: not
+ * TM_Ok when another transaction holds the row (TM_WouldBlock,
+ * TM_BeingModified) or changed it since the snapshot.
+ */
+static TM_Result
+pgq_take_row(PassRels *r, PgqTable *job, text *qname, TimestampTz now, int32 order,
+			 const PassStates *states)
+{
+	PgqTable   *work = r->w.work;	/* the current slot */
+	bool		isnull;
+	TM_Result	res;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	PgqUpdateIndexes update_indexes;
+
+	/* take it as SKIP LOCKED would: the version seen, without waiting */
+	slot_getallattrs(job->found);
+	ExecClearTuple(job->next);
+	memcpy(job->next->tts_values, job->found->tts_values,
+		   sizeof(Datum) * job->found->tts_tupleDescriptor->natts);
+	memcpy(job->next->tts_isnull, job->found->tts_isnull,
+		   sizeof(bool) * job->found->tts_tupleDescriptor->natts);
+	pgq_take_build(job, (void *) &states->scheduled);
+	res = table_tuple_update(job->rel, &job->found->tts_tid, job->next, r->w.cid,
+							 r->w.snapshot, InvalidSnapshot, false, &tmfd,
+							 &lockmode, &update_indexes);
+	if (res == TM_Ok)
+	{
+		Datum		values[PGQ_NUM_COLS * 2];
+		bool		nulls[PGQ_NUM_COLS * 2];
+		int			natts = RelationGetDescr(work->rel)->natts;
+		int			i;
+
+		if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes))
+			pgq_table_indexes(job);
+		if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes) && job->rri->ri_NumIndices > 0)
+			list_free(pgq_insert_index_tuples(job->rri, job->next, r->w.estate, true,
+											  PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes)));
+		for (i = 0; i < natts; i++)
+		{
+			values[i] = (Datum) 0;
+			nulls[i] = true;
+		}
+#define SETW(c, v) \
+	do { if (work->att[c] != InvalidAttrNumber) { \
+		values[work->att[c] - 1] = (v); nulls[work->att[c] - 1] = false; } } while (0)
+		SETW(PGQ_COL_ID, pgq_get(job, job->next, PGQ_COL_ID, &isnull));
+		SETW(PGQ_COL_QUEUE, PointerGetDatum(qname));
+		SETW(PGQ_COL_CREATED, TimestampTzGetDatum(now));
+		SETW(PGQ_COL_BATCH_ORDER, Int32GetDatum(order));
+		SETW(PGQ_COL_VERSION, r->w.layout == PGQ_V11
+			 ? pgq_get(job, job->next, PGQ_COL_VERSION, &isnull) : Int32GetDatum(0));
+		if (r->w.layout == PGQ_V11)
+			SETW(PGQ_COL_TRIES, pgq_get(job, job->next, PGQ_COL_TRIES, &isnull));
+#undef SETW
+		pgq_insert(&r->w, work, values, nulls);
+	}
+	return res;
+}
+
+/*
  * Take the next due job of q for this pass, walking its range from where
  * the pass left it (or from its head): update its row to 'scheduled' and
  * insert its work_queue row with batch_order order and created now.
@@ -702,7 +803,6 @@ static bool
 pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			 const PassStates *states)
 {
-	PgqTable   *work = r->w.work;	/* the current slot */
 	text	   *qname = cstring_to_text(q->name);
 	SlotWalk   *walks = open_walks.walks;
 	QueuePos	cursor;
@@ -744,27 +844,7 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			reuse = false;
 		}
 		else
-		{
-			pgq_walks_close();
-			nwalks = 0;
-			for (k = 0; k < r->w.jobs_view.n; k++)
-			{
-				uint32		bit = PGQ_SLOT_BIT(r->w.jobs_view.slot[k]);
-				SlotWalk   *sw;
-
-				if (bit != 0 && (q->slots & bit) == 0)
-					continue;
-				sw = &walks[nwalks++];
-				sw->i = k;
-				sw->t = pgq_job_slot(&r->w, k);
-				sw->scan = pgq_walk_begin(r, k, qname, &cursor, after, sw->keys, sw->row);
-				sw->saw_ready = false;
-				pgq_walk_next(sw);
-			}
-			open_walks.q = q;
-			open_walks.pass = pass_count;
-			open_walks.n = nwalks;
-		}
+			nwalks = pgq_walks_open(r, q, qname, &cursor, after);
 		open_walks.taken = -1;
 
 		while (!took && !restart)
@@ -775,9 +855,6 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			Oid			state;
 			QueuePos	pos;
 			TM_Result	res;
-			TM_FailureData tmfd;
-			LockTupleMode lockmode;
-			PgqUpdateIndexes update_indexes;
 
 			/* the lowest row of the walks */
 			for (k = 0; k < nwalks; k++)
@@ -819,47 +896,9 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 				continue;
 			}
 
-			/* take it as SKIP LOCKED would: the version seen, without waiting */
-			slot_getallattrs(job->found);
-			ExecClearTuple(job->next);
-			memcpy(job->next->tts_values, job->found->tts_values,
-				   sizeof(Datum) * job->found->tts_tupleDescriptor->natts);
-			memcpy(job->next->tts_isnull, job->found->tts_isnull,
-				   sizeof(bool) * job->found->tts_tupleDescriptor->natts);
-			pgq_take_build(job, (void *) &states->scheduled);
-			res = table_tuple_update(job->rel, &job->found->tts_tid, job->next, r->w.cid,
-									 r->w.snapshot, InvalidSnapshot, false, &tmfd,
-									 &lockmode, &update_indexes);
+			res = pgq_take_row(r, job, qname, now, order, states);
 			if (res == TM_Ok)
 			{
-				Datum		values[PGQ_NUM_COLS * 2];
-				bool		nulls[PGQ_NUM_COLS * 2];
-				int			natts = RelationGetDescr(work->rel)->natts;
-				int			i;
-
-				if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes))
-					pgq_table_indexes(job);
-				if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes) && job->rri->ri_NumIndices > 0)
-					list_free(pgq_insert_index_tuples(job->rri, job->next, r->w.estate, true,
-													  PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes)));
-				for (i = 0; i < natts; i++)
-				{
-					values[i] = (Datum) 0;
-					nulls[i] = true;
-				}
-#define SETW(c, v) \
-	do { if (work->att[c] != InvalidAttrNumber) { \
-		values[work->att[c] - 1] = (v); nulls[work->att[c] - 1] = false; } } while (0)
-				SETW(PGQ_COL_ID, pgq_get(job, job->next, PGQ_COL_ID, &isnull));
-				SETW(PGQ_COL_QUEUE, PointerGetDatum(qname));
-				SETW(PGQ_COL_CREATED, TimestampTzGetDatum(now));
-				SETW(PGQ_COL_BATCH_ORDER, Int32GetDatum(order));
-				SETW(PGQ_COL_VERSION, r->w.layout == PGQ_V11
-					 ? pgq_get(job, job->next, PGQ_COL_VERSION, &isnull) : Int32GetDatum(0));
-				if (r->w.layout == PGQ_V11)
-					SETW(PGQ_COL_TRIES, pgq_get(job, job->next, PGQ_COL_TRIES, &isnull));
-#undef SETW
-				pgq_insert(&r->w, work, values, nulls);
 				took = true;
 				open_walks.taken = sw - walks;
 				if (!head_fixed)
@@ -958,6 +997,91 @@ pgq_apply_notes(char **names, PgqKey *keys, uint32 *masks, int nnotes,
 }
 
 /*
+ * Make ready the queues of the later heap whose first job is due by now;
+ * soonest_due becomes the due time of the first queue left there
+ * (DT_NOEND: none).
+ */
+static void
+pgq_ready_due(TimestampTz now)
+{
+	QueueState *q;
+
+	soonest_due = DT_NOEND;
+	while (!pairingheap_is_empty(later_heap))
+	{
+		q = pairingheap_container(QueueState, node, pairingheap_first(later_heap));
+		if (q->next_due > now)
+		{
+			soonest_due = q->next_due;
+			break;
+		}
+		pgq_unplace(q);
+		pgq_make_ready(q);
+	}
+}
+
+/*
+ * Take up to max_items jobs, each from the queue of the smallest tag in the
+ * ready heap, which gets its next tag (fair queuing: see the file's
+ * header); returns how many.  A capped queue without room in this pass is
+ * set aside until its end; a queue without a due job left goes to the
+ * later heap when it has a job due later.
+ */
+static int
+pgq_take_by_tag(PassRels *r, TimestampTz now, int max_items, const PassStates *states)
+{
+	List	   *skipped = NIL;
+	ListCell   *lc;
+	QueueState *q;
+	int			moved = 0;
+
+	while (moved < max_items && !pairingheap_is_empty(ready_heap))
+	{
+		double		start;
+
+		q = pairingheap_container(QueueState, node, pairingheap_remove_first(ready_heap));
+		q->where = Q_IDLE;
+		if (q->max_in_flight > 0 &&
+			pgq_room(r, q, cstring_to_text(q->name)) <= 0)
+		{
+			skipped = lappend(skipped, q);	/* back after the pass */
+			continue;
+		}
+		start = q->start;
+		if (!pgq_take_one(r, q, now, moved + 1, states))
+		{
+			if (q->next_due != DT_NOEND)
+			{
+				q->where = Q_LATER;
+				pairingheap_add(later_heap, &q->node);
+				if (q->next_due > now)
+					soonest_due = Min(soonest_due, q->next_due);
+			}
+			continue;
+		}
+		moved++;
+		if (q->max_in_flight > 0)
+			q->room--;
+		vtime = Max(vtime, start);
+		q->finish = pgq_tag(q);
+		max_finish = Max(max_finish, q->finish);
+		q->start = q->finish;
+		q->where = Q_READY;
+		pairingheap_add(ready_heap, &q->node);
+	}
+	foreach(lc, skipped)
+	{
+		q = (QueueState *) lfirst(lc);
+		if (q->where == Q_IDLE)
+		{
+			q->where = Q_READY;
+			pairingheap_add(ready_heap, &q->node);
+		}
+	}
+	return moved;
+}
+
+/*
  * One scheduling pass of up to max_items jobs; returns how many it moved.
  * The caller must be inside a transaction; the jobs become claimable, and
  * waiting claims are woken, when that transaction commits.
@@ -976,11 +1100,10 @@ pgq_schedule_pass(int max_items)
 	int			nown;
 	bool		refresh;
 	uint64		gen;
-	int			moved = 0;
+	int			moved;
 	uint32	   *masks;
 	uint32	   *own_masks;
 	PassStates	states;
-	QueueState *q;
 	PgqTable   *cur;
 	int			i;
 
@@ -1062,68 +1185,10 @@ pgq_schedule_pass(int max_items)
 						nown, false);
 
 	/* queues whose jobs are due by now */
-	soonest_due = DT_NOEND;
-	while (!pairingheap_is_empty(later_heap))
-	{
-		q = pairingheap_container(QueueState, node, pairingheap_first(later_heap));
-		if (q->next_due > now)
-		{
-			soonest_due = q->next_due;
-			break;
-		}
-		pgq_unplace(q);
-		pgq_make_ready(q);
-	}
+	pgq_ready_due(now);
 
 	/* take the smallest tags */
-	{
-		List	   *skipped = NIL;
-		ListCell   *lc;
-
-		while (moved < max_items && !pairingheap_is_empty(ready_heap))
-		{
-			double		start;
-
-			q = pairingheap_container(QueueState, node, pairingheap_remove_first(ready_heap));
-			q->where = Q_IDLE;
-			if (q->max_in_flight > 0 &&
-				pgq_room(&r, q, cstring_to_text(q->name)) <= 0)
-			{
-				skipped = lappend(skipped, q);	/* back after the pass */
-				continue;
-			}
-			start = q->start;
-			if (!pgq_take_one(&r, q, now, moved + 1, &states))
-			{
-				if (q->next_due != DT_NOEND)
-				{
-					q->where = Q_LATER;
-					pairingheap_add(later_heap, &q->node);
-					if (q->next_due > now)
-						soonest_due = Min(soonest_due, q->next_due);
-				}
-				continue;
-			}
-			moved++;
-			if (q->max_in_flight > 0)
-				q->room--;
-			vtime = Max(vtime, start);
-			q->finish = pgq_tag(q);
-			max_finish = Max(max_finish, q->finish);
-			q->start = q->finish;
-			q->where = Q_READY;
-			pairingheap_add(ready_heap, &q->node);
-		}
-		foreach(lc, skipped)
-		{
-			q = (QueueState *) lfirst(lc);
-			if (q->where == Q_IDLE)
-			{
-				q->where = Q_READY;
-				pairingheap_add(ready_heap, &q->node);
-			}
-		}
-	}
+	moved = pgq_take_by_tag(&r, now, max_items, &states);
 
 	pgq_walks_close();
 
@@ -1194,7 +1259,8 @@ pgq_schedule_forget(void)
 /*
  * At the end of a transaction: a pass that ran in it and rolled back took
  * jobs that are ready again below the heads it moved: walk everything next
- * time.  Called by publish.c's transaction callback.
+ * time.  Called by publish.c's transaction callback (_PG_init registers
+ * it there).
  */
 void
 pgq_schedule_at_xact_end(bool commit)
@@ -1306,58 +1372,4 @@ pgq_ready_queue_names(PassRels *r, char ***names, uint32 **masks)
 	}
 	hash_destroy(seen);
 	return n;
-}
-
-/*
- * Whether a user's pgq_schedule runs the upkeep of the archive (archive.c,
- * retire.c) now.  Its DDL takes ACCESS EXCLUSIVE on pgqueue.archive, held
- * to the end of the transaction: in the caller's open transaction it
- * would make every ack, cancel and purge on a queue with a retention wait
- * for the caller's commit.  So it never runs in a transaction that goes
- * on after the statement: not in a transaction block (BEGIN, or several
- * statements sent as one), nor in a pipeline of the extended protocol
- * (PreventInTransactionBlock's test); the statement's transaction is then
- * made to commit with it (as CREATE DATABASE does).  And not when a
- * scheduler runs for this database with pgqueue.enabled on: it runs the
- * upkeep in transactions of its own.  What is left is a server without
- * the preloaded library, or with the scheduler off, where the cron that
- * calls pgq_schedule() runs the upkeep.
- */
-static bool
-pgq_user_upkeep(void)
-{
-	if (pgqueue_enabled && pgq_scheduler_attached())
-		return false;
-	if (IsTransactionBlock() || (MyXactFlags & XACT_FLAGS_PIPELINING))
-		return false;
-	if (!pgq_archive_maintain_wanted() && !pgq_retired_drop_wanted())
-		return false;
-	MyXactFlags |= XACT_FLAGS_NEEDIMMEDIATECOMMIT;
-	return true;
-}
-
-/*
- * pgq_schedule(max_items int) returns int
- *
- * One scheduling pass run by the user (the background worker calls
- * pgq_schedule_pass directly), with the archive's upkeep when
- * pgq_user_upkeep says so.
- */
-Datum
-pgq_schedule(PG_FUNCTION_ARGS)
-{
-	int			max_items = pgq_max_items_arg(fcinfo, 0);
-	int			moved;
-
-	if (pgq_user_upkeep())
-	{
-		if (pgq_archive_maintain_wanted())
-			pgq_archive_maintain();
-		if (pgq_retired_drop_wanted())
-			pgq_retired_drop();
-	}
-	moved = pgq_schedule_pass(max_items);
-
-	pgq_count_now(PGQ_PASSES, 1);
-	PG_RETURN_INT32(moved);
 }

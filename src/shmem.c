@@ -11,6 +11,9 @@
  * All of this exists only when the library is in shared_preload_libraries;
  * otherwise pgq_shared is NULL and every lookup here finds no slot.
  *
+ * Layer 2 of src/README (shared memory and wake-ups): it may call the
+ * other files of its layer and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -26,7 +29,7 @@
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
-#include "shmem.h"
+#include "shmem_internal.h"
 
 PgqShared  *pgq_shared = NULL;
 static PgqDbSlot *my_slot = NULL;	/* slot of MyDatabaseId, once looked up */

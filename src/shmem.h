@@ -1,131 +1,128 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.h
- *		pgqueue's shared memory, for the files that use it directly
- *		(shmem.c, publish.c, bounds.c).
+ *		The layer of shared memory and wake-ups (src/README): what the
+ *		layers above use of shmem.c (the per-database slots, who runs,
+ *		restores and holds, the calls under way), publish.c (what a
+ *		transaction publishes at commit, the sleep of a blocking claim)
+ *		and bounds.c (the scan bounds).
  *
- * It exists only when the library is in shared_preload_libraries;
- * pgq_shared is NULL otherwise, and so is every slot.
+ * The layout of the shared memory itself is in shmem_internal.h, which
+ * only those three files include.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef PGQUEUE_SHMEM_H
 #define PGQUEUE_SHMEM_H
 
-#include "port/atomics.h"
-#include "storage/condition_variable.h"
-#include "storage/spin.h"
+#include "storage/lock.h"
 
-#include "pgqueue.h"
+#include "common.h"
 
 /*
- * Slots: the first PGQ_MAX_DATABASES are reserved for the databases of
- * pgqueue.database, by their index there, so that a scheduler always finds
- * one; the PGQ_SHARED_SLOTS after them go to other databases on first use
- * (blocking claims there poll once they are all taken).
+ * A scheduler pauses while a session loads pgqueue's tables in its database
+ * (a restore), and for this long after its latest such statement or its
+ * end (hook.c): long enough to cover the gap between the sections of a
+ * restore run as separate pg_restore invocations.
  */
-#define PGQ_SHARED_SLOTS 64
-#define PGQ_DB_SLOTS (PGQ_MAX_DATABASES + PGQ_SHARED_SLOTS)
+#define PGQ_RESTORE_GRACE_SECS	60
+/* How long such a session waits, at most, for a pass already under way. */
+#define PGQ_RESTORE_WAIT_MS		5000
 
-/* One scan bound of a database (bounds.c), under its slot's bound_mutex. */
-typedef struct PgqBoundState
+/* Cumulative counters kept in shared memory (shmem.c). */
+typedef enum PgqCounter
 {
-	PgqKey		bound;			/* no claimable entry has a smaller key */
-	PgqKey		low;			/* the lowest lowering since the last set */
-	uint64		sets;			/* bumped by every set: the tickets */
-	TimestampTz next_full;		/* when a walk from the start is due */
-} PgqBoundState;
+	PGQ_PUSHED = 0,
+	PGQ_SCHEDULED,
+	PGQ_CLAIMED,
+	PGQ_ACKED,
+	PGQ_NACKED,
+	PGQ_FAILED,
+	PGQ_STOLEN,
+	PGQ_PASSES,
+	PGQ_NUM_COUNTERS
+} PgqCounter;
 
-/*
- * Queues that committing transactions made ready work in (pushes, nacks,
- * retries): a ring that every scheduling process reads from its own
- * position, by sequence number (schedule.c).  A name of "" means "more than
- * a transaction could say": a reader walks every queue.
- */
-#define PGQ_READY_RING 256
+/* What a committing transaction must tell others (publish.c). */
+#define PGQ_WAKE_SCHEDULER	0x01	/* new or returned jobs to schedule */
+#define PGQ_WAKE_CLAIMERS	0x02	/* new claimable rows in work_queue */
+#define PGQ_WAKE_ON_ABORT	0x04	/* rows locked: a rollback frees them */
 
-typedef struct PgqReadyNote
+/* Scan bounds (bounds.c). */
+typedef enum PgqBoundId
 {
-	uint64		seq;			/* written as note number seq (1, 2, ...) */
-	PgqKey		key;			/* the lowest (-priority, run_after) made ready */
-	uint32		slots;			/* the slots of pgqueue.queue they are in (bits) */
-	char		queue[PGQ_MAX_NAME_BYTES + 1];
-} PgqReadyNote;
+	PGQ_BOUND_READY = 0,		/* work_queue_ready_idx: (0, created) */
+	PGQ_BOUND_LEASE,			/* work_queue_lease_idx: (0, lock_timeout) */
+	PGQ_BOUND_SCHED,			/* queue_ready_idx: (-priority, run_after) */
+	PGQ_NUM_BOUNDS
+} PgqBoundId;
 
-/*
- * A session that loads or builds pgqueue's tables directly (a restore: see
- * hook.c) in a database; pid 0: a free entry.
- */
-#define PGQ_MAX_RESTORERS 8
-
-typedef struct PgqRestorer
+/* A key of a bound, compared as (hi, lo). */
+typedef struct PgqKey
 {
-	pid_t		pid;
-	TimestampTz last;			/* the start of its latest such statement */
-} PgqRestorer;
+	int64		hi;
+	TimestampTz lo;
+} PgqKey;
 
-/*
- * A backend that holds a database's scheduler off (CREATE DATABASE from it
- * as a template, ALTER DATABASE ... RENAME or SET TABLESPACE, DROP
- * DATABASE: see hook.c); pid 0: a free entry.
- */
-#define PGQ_MAX_HOLDS 16
-
-typedef struct PgqHold
+/* A walk of a bound's index, from pgq_bound_begin to pgq_bound_end. */
+typedef struct PgqScan
 {
-	pid_t		pid;
-	int			dbindex;		/* in pgqueue.database */
-} PgqHold;
-
-/* What pgqueue keeps per database. */
-typedef struct PgqDbSlot
-{
-	Oid			dboid;			/* InvalidOid: free */
-	int			scheduler_procno;	/* pgprocno of its scheduler, or -1 */
-	ConditionVariable work_cv;	/* claims of this database sleep here */
-	pg_atomic_uint32 filtered_waiters;	/* of them, claims with a queues filter */
-	slock_t		bound_mutex;	/* protects bounds[] */
-	PgqBoundState bounds[PGQ_NUM_BOUNDS];
-	pg_atomic_uint64 settings_gen;	/* bumped by commits that change settings */
-	slock_t		ready_mutex;	/* protects ready_seq and ready[] */
-	uint64		ready_seq;		/* notes written so far */
-	PgqReadyNote ready[PGQ_READY_RING];
-	slock_t		restore_mutex;	/* protects the three fields below */
-	PgqRestorer restorers[PGQ_MAX_RESTORERS];
-	TimestampTz restore_last;	/* latest statement or end of a restorer
-								 * no longer listed; 0: none */
-	bool		pass_busy;		/* its scheduler is in a pass that it began
-								 * while no restore was listed */
-} PgqDbSlot;
-
-typedef struct PgqShared
-{
-	slock_t		mutex;			/* protects slots[].dboid, scheduler_pid[],
-								 * holds[] and launcher_procno */
-	TimestampTz stats_reset;
-	pg_atomic_uint64 counters[PGQ_NUM_COUNTERS];
-	pid_t		scheduler_pid[PGQ_MAX_DATABASES];	/* by index in pgqueue.database:
-													 * the running scheduler, or 0
-													 * (launcher.c) */
-	PgqHold		holds[PGQ_MAX_HOLDS];
-	int			launcher_procno;	/* pgprocno of the launcher, or -1 */
-	PgqDbSlot	slots[PGQ_DB_SLOTS];
-
-	/*
-	 * The pgqueue call under way in each backend, by its number (MyBackendId;
-	 * MyProcNumber from 17), 0 when none: what the rings' truncation waits
-	 * for (ring.c, note_waits).  ncalls entries.
-	 */
-	int			ncalls;
-	pg_atomic_uint32 calls[FLEXIBLE_ARRAY_MEMBER];
-} PgqShared;
+	PgqBoundId	id;
+	PgqKey		start;			/* where to start the walk */
+	bool		full;			/* from the start: the bound is not used */
+	bool		owns_full;		/* this walk took the full walk that was due */
+	bool		walk_goes_on;	/* pgq_bound_full_done is the caller's */
+	int64		entries;		/* index entries it read, if counted (-1: not) */
+	bool		raise;			/* its result may raise the bound */
+	uint64		ticket;
+	TimestampTz began;
+} PgqScan;
 
 /* shmem.c */
-extern PgqShared *pgq_shared;
-extern PgqDbSlot *pgq_my_slot(void);
+extern void pgq_shmem_install_hooks(void);
+extern void pgq_scheduler_attach(int dbindex);
+extern bool pgq_scheduler_register(int dbindex);
+extern pid_t pgq_scheduler_running(int dbindex);
+extern void pgq_call_begin(void);
+extern void pgq_call_end(void);
+extern void pgq_calls_at_xact_end(void);
+extern void pgq_calls_at_subxact_abort(SubTransactionId subid);
+extern uint32 pgq_call_of(VirtualTransactionId vxid);
+extern bool pgq_scheduler_attached(void);
+extern bool pgq_restore_note(void);
+extern bool pgq_restore_pass_begin(pid_t *restorer);
+extern void pgq_restore_pass_end(void);
+extern void pgq_restore_forget(void);
+extern bool pgq_hold_take(int dbindex, pid_t *running);
+extern void pgq_hold_release(void);
+extern bool pgq_scheduler_held(int dbindex);
+extern pid_t pgq_hold_holder(int dbindex);
+extern void pgq_launcher_attach(void);
+
+/* publish.c */
+typedef void (*PgqXactEndCallback) (bool commit);
+extern void pgq_xact_callbacks_register(PgqXactEndCallback at_xact_end);
+extern void pgq_count(PgqCounter counter, int64 n);
+extern void pgq_count_now(PgqCounter counter, int64 n);
+extern void pgq_wake_at_commit(int what);
+extern void pgq_claimable_at_commit(int64 n);
+extern void pgq_ready_at_commit(text *queue, PgqKey key, uint32 slots);
+extern void pgq_settings_changed_at_commit(void);
+extern int	pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys, uint32 **slots);
+extern int	pgq_own_ready(char ***names, PgqKey **keys, uint32 **slots);
+extern uint64 pgq_settings_generation(void);
+extern void pgq_prepare_wait(bool filtered);
+extern void pgq_wait_for_work(TimestampTz until);
+extern void pgq_end_wait(bool completed);
 
 /* bounds.c */
-extern void pgq_bounds_reset(PgqDbSlot *slot);
-extern void pgq_bounds_lower_all(PgqDbSlot *slot);
+extern int	pgq_key_cmp(const PgqKey *a, const PgqKey *b);
+extern PgqKey pgq_time_key(TimestampTz ts);
+extern void pgq_bound_begin(PgqBoundId id, bool may_raise, PgqScan *scan);
+extern void pgq_bound_end(PgqScan *scan, PgqKey first);
+extern void pgq_bound_full_done(PgqScan *scan);
+extern void pgq_bound_lower_at_commit(PgqBoundId id, PgqKey key);
+extern void pgq_bound_hold(PgqBoundId id);
+extern void pgq_bounds_at_xact_end(bool commit);
 
 #endif							/* PGQUEUE_SHMEM_H */

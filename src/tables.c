@@ -26,6 +26,10 @@
  * after the API removed both rows of a job), and triggers added to them by
  * hand are not run by these calls.
  *
+ * Layer 3 of src/README (storage): it may call the other files of its
+ * layer, those of shared memory and wake-ups (shmem.c, publish.c,
+ * bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -44,6 +48,7 @@
 #include "nodes/makefuncs.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
+#include "storage/lmgr.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -55,7 +60,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "pgqueue.h"
+#include "storage.h"
 
 /* Column names by PgqCol; a table has a subset of them. */
 static const char *const pgq_col_names[PGQ_NUM_COLS] = {
@@ -997,6 +1002,24 @@ pgq_relid(Oid nsp, const char *name)
 				 errmsg("relation \"pgqueue.%s\" does not exist", name),
 				 errhint("Reinstall the extension: DROP EXTENSION pgqueue; CREATE EXTENSION pgqueue;")));
 	return relid;
+}
+
+/*
+ * Which layout this database's pgqueue tables have: PGQ_V11 when
+ * pgqueue.work_queue has the tries column of version 1.1, else PGQ_V10.  One
+ * library serves databases still at 1.0 (packages replace the library before
+ * anyone runs ALTER EXTENSION ... UPDATE) and updated ones, and tells them
+ * apart per call.  work_queue is locked first (ACCESS SHARE, held to the end
+ * of the transaction, which also works on a standby), so a concurrent update
+ * is waited for and its new layout seen.
+ */
+PgqLayout
+pgq_layout(void)
+{
+	Oid			relid = pgq_relid(get_namespace_oid("pgqueue", false), "work_queue");
+
+	LockRelationOid(relid, AccessShareLock);
+	return get_attnum(relid, "tries") != InvalidAttrNumber ? PGQ_V11 : PGQ_V10;
 }
 
 /* ----------------------------------------------------------------

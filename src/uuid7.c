@@ -9,6 +9,10 @@
  * the clock stands still or steps back, so that jobs pushed by one session
  * sort in push order.
  *
+ * Layer 3 of src/README (storage): it may call the other files of its
+ * layer, those of shared memory and wake-ups (shmem.c, publish.c,
+ * bounds.c), and common.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -16,7 +20,7 @@
 #include "common/pg_prng.h"
 #include "utils/timestamp.h"
 
-#include "pgqueue.h"
+#include "storage.h"
 
 /* Last (unix_ms << 12 | sub-ms fraction) handed out by this backend. */
 static uint64 last_stamp = 0;

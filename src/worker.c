@@ -23,6 +23,10 @@
  * which also sends SIGTERM; the launcher starts it again once the hold is
  * released.
  *
+ * Layer 6 of src/README (processes and hooks): it may call the other
+ * files of its layer, the SQL entry points (api.c, admin.c) and every
+ * layer below them.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -59,6 +63,10 @@
  */
 #define PGQ_GATHER_WINDOW_MS 5
 #define PGQ_GATHER_MS 6
+
+/* pgqueue.naptime (ms) and pgqueue.batch_size: the scheduler's loop */
+int			pgqueue_naptime = 1000;
+int			pgqueue_batch_size = 100;
 
 PGDLLEXPORT void pgq_scheduler_main(Datum main_arg);
 
