@@ -73,17 +73,13 @@ perl -MIPC::Run -e1 2>/dev/null || need+=(libipc-run-perl)
 case " $KINDS " in *" fuzz "*)
 	command -v sqlsmith >/dev/null || need+=(sqlsmith) ;;
 esac
-# python3 runs scripts/check-layers.py (regress)
-case " $KINDS " in *" regress "*)
+# python3 runs scripts/check-links.py (docs) and scripts/check-layers.py (regress)
+case " $KINDS " in *" regress "*|*" docs "*)
 	command -v python3 >/dev/null || need+=(python3) ;;
 esac
 # gdb holds the scheduler in a race window (t/025_ring_wake_after_turn.pl)
 case " $KINDS " in *" tap "*)
 	command -v gdb >/dev/null || need+=(gdb) ;;
-esac
-# the link check of the Markdown pages
-case " $KINDS " in *" docs "*)
-	command -v python3 >/dev/null || need+=(python3) ;;
 esac
 # the soak's and the fuzzer's drivers: Debian's psycopg 3, for /usr/bin/python3
 case " $KINDS " in *" soak "*|*" fuzz "*)
