@@ -1,7 +1,7 @@
 """A worker process for the tests that kill or signal one.
 
     python worker_proc.py DSN QUEUE LOG --concurrency N --lease S --sleep S
-                          [--shutdown-timeout S]
+                          [--shutdown-timeout S] [--complete-interval S] [--wait S]
 
 Runs pgqueue.Worker.run() on QUEUE.  Its handler appends ``start ID TRIES``
 to LOG, sleeps ``--sleep`` seconds, then appends ``done ID``; each line is
@@ -27,6 +27,8 @@ def main() -> int:
     p.add_argument("--lease", type=float, default=30)
     p.add_argument("--sleep", type=float, default=0)
     p.add_argument("--shutdown-timeout", type=float, default=30)
+    p.add_argument("--complete-interval", type=float, default=0.005)
+    p.add_argument("--wait", type=float, default=10)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(threadName)s %(levelname)s %(message)s")
@@ -38,7 +40,8 @@ def main() -> int:
             os.write(fd, (line + "\n").encode())
 
     worker = pgqueue.Worker(args.dsn, concurrency=args.concurrency, lease=args.lease,
-                            wait=10, shutdown_timeout=args.shutdown_timeout)
+                            wait=args.wait, shutdown_timeout=args.shutdown_timeout,
+                            complete_interval=args.complete_interval)
 
     @worker.handler(args.queue)
     def handle(job: pgqueue.Job) -> None:
