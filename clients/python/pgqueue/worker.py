@@ -96,6 +96,10 @@ _slot_numbers = itertools.count()
 
 _CLAIM = ("SELECT id, queue, payload, tries, version, lock_timeout"
           " FROM pgq_claim(%s, %s::int, %s, %s, %s)")
+# For a blocking claim's transaction: the server checks every second that
+# the worker is still there, so that a killed worker's waiting claim ends
+# instead of taking a job for no one (PgBouncer-safe: transaction-local).
+_CLIENT_CHECK = "SELECT set_config('client_connection_check_interval', '1s', true)"
 _EXTEND = ("SELECT u.id, pgq_extend(u.id, u.key, %s)"
            " FROM unnest(%s::uuid[], %s::text[]) AS u(id, key)")
 # for the extend's transaction only (PgBouncer-safe, unlike a session SET)
@@ -612,6 +616,9 @@ class Worker:
         lease = timedelta(seconds=self.lease)
         wait = timedelta(seconds=self.wait)
         backoff = _Backoff(self.reconnect_max_delay)
+        # After a claim that found jobs, the next one does not wait (one
+        # statement); after one that found none, it waits for work.
+        busy = False
         while not self._stopping.is_set():
             with self._free_cond:
                 while self._free == 0 and not self._stopping.is_set():
@@ -627,7 +634,7 @@ class Worker:
                         break
                     self._claiming = True
                 try:
-                    rows = conn.execute(_CLAIM, [key, n, lease, queues, wait]).fetchall()
+                    rows = self._claim(conn, [key, n, lease, queues], None if busy else wait)
                 finally:
                     with self._claim_lock:
                         self._claiming = False
@@ -651,6 +658,7 @@ class Worker:
                               self._stopping)
                 continue
             backoff.reset()
+            busy = bool(rows)
             if not rows:
                 continue
             self._keys.claimed(key, len(rows))
@@ -659,6 +667,17 @@ class Worker:
             for row in rows:
                 self._jobs.put(Job(id=row[0], queue=row[1], payload=row[2], tries=row[3],
                                    version=row[4], lock_timeout=row[5], lock_key=key))
+
+    @staticmethod
+    def _claim(conn: psycopg.Connection, args: List[Any],
+               wait: Optional[timedelta]) -> List[Any]:
+        """One claim; a blocking one (``wait``) in a transaction that has the
+        server check that the worker is still connected while it waits."""
+        if wait is None:
+            return conn.execute(_CLAIM, [*args, timedelta(0)]).fetchall()
+        with conn.transaction():
+            conn.execute(_CLIENT_CHECK)
+            return conn.execute(_CLAIM, [*args, wait]).fetchall()
 
     def _claim_lost(self, key: str) -> None:
         """The claim's answer never came: it may hold jobs for ``key`` that we

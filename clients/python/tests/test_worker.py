@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import signal
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
+from typing import Callable
 
 import psycopg
 import pytest
@@ -206,10 +208,11 @@ def test_async_handler_keeps_its_lease(app, admin, queue, running):
 
 class _After:
     """An entry of _Flaky's errors: the statement runs, then ``error`` is
-    raised (an answer lost after the server committed)."""
+    raised (an answer lost after the server committed: inside a transaction,
+    after its commit).  With ``when``, only once a statement's rows pass it."""
 
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
+    def __init__(self, error: BaseException, when: Callable[[list], bool] | None = None) -> None:
+        self.error, self.when = error, when
 
 
 class _Flaky:
@@ -222,22 +225,39 @@ class _Flaky:
     def __init__(self, conn: psycopg.Connection, errors: dict[str, list]) -> None:
         self._conn, self._errors = conn, errors
         self.sent: collections.Counter[str] = collections.Counter()
+        self._after_commit: BaseException | None = None
 
     def execute(self, query, params=None):
         word = next((w for w in self._errors if w in query), None)
         fault = None
         if word is not None and self._errors[word]:
-            fault = self._errors[word].pop(0)
-            if callable(fault):
+            fault = self._errors[word][0]
+            if not isinstance(fault, _After):
+                self._errors[word].pop(0)
+                if not callable(fault):
+                    raise fault
                 fault()
-            elif not isinstance(fault, _After):
-                raise fault
         cur = self._conn.execute(query, params)
         if word is not None:
             self.sent[word] += 1
         if isinstance(fault, _After):
-            raise fault.error
+            rows = cur.fetchall()
+            if rows:
+                cur.scroll(0, "absolute")
+            if fault.when is None or fault.when(rows):
+                self._errors[word].pop(0)
+                if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+                    raise fault.error
+                self._after_commit = fault.error
         return cur
+
+    @contextlib.contextmanager
+    def transaction(self):
+        with self._conn.transaction() as tx:
+            yield tx
+        error, self._after_commit = self._after_commit, None
+        if error is not None:
+            raise error
 
     def __getattr__(self, name):
         return getattr(self._conn, name)
@@ -420,8 +440,9 @@ def test_a_claim_answer_lost_is_released_once_the_jobs_of_its_key_are_done(app, 
         done.append((str(job.id), job.tries, job.lock_key))
 
     w = _FlakyWorker(DSN, concurrency=2, lease=30, wait=2, thread="pgqueue-claimer",
-                     errors={"pgq_claim": [lambda: None, _After(
-                         psycopg.OperationalError("injected: the claim's answer was lost"))]})
+                     errors={"pgq_claim": [_After(
+                         psycopg.OperationalError("injected: the claim's answer was lost"),
+                         when=lambda rows: any(not r[2].get("slow") for r in rows))]})
     w.register(queue, handle)
     with caplog.at_level(logging.INFO, logger="pgqueue.worker"):
         r = running(w)
@@ -548,12 +569,11 @@ def test_a_crash_between_the_handler_and_the_ack_runs_the_job_again_once(app, ad
                                                                          running, tmp_path):
     """SIGKILL after the handlers ended, before their acks were sent (they wait
     for the batch: complete_interval 2 s): each job runs again, once.  (The
-    claims wait 1 s: the blocking claim the killed worker left in the server
-    must be over before the leases run out, or it takes a job.)"""
+    killed worker's blocking claim, 10 s, must end with it, or it takes a
+    job when the leases run out, and that job runs on try 3.)"""
     ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(3)])
     log = str(tmp_path / "crash.log")
-    p = _proc(queue, log, "--concurrency", "3", "--lease", "6", "--complete-interval", "2",
-              "--wait", "1")
+    p = _proc(queue, log, "--concurrency", "3", "--lease", "6", "--complete-interval", "2")
     try:
         wait_until(lambda: len(_lines(log, "done")) == 3, 30, "3 handlers done")
         p.send_signal(signal.SIGKILL)
@@ -569,6 +589,32 @@ def test_a_crash_between_the_handler_and_the_ack_runs_the_job_again_once(app, ad
     wait_until(lambda: not job_rows(admin, queue), 30, "all jobs acked")
     r.stop()
     assert sorted(done) == sorted((str(i), 2) for i in ids)
+
+
+def test_a_killed_worker_leaves_no_waiting_claim_behind(app, admin, queue, tmp_path):
+    """SIGKILL while the worker waits for work (a 30 s blocking claim): the
+    server notices within a second or so and ends that claim, which would
+    otherwise take the next job for a worker that is gone (the job would
+    wait out a lease and lose a try)."""
+    name = f"pgqueue orphan test {queue}"
+    log = str(tmp_path / "orphan.log")
+
+    def claims() -> int:
+        return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                             " AND state = 'active' AND query LIKE '%%pgq_claim%%'",
+                             [name]).fetchone()[0]
+
+    p = _proc(queue, log, "--wait", "30", "--app-name", name)
+    try:
+        wait_until(claims, 30, "the worker's blocking claim")
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+    finally:
+        p.kill()
+    wait_until(lambda: not claims(), 10, "the server to end the dead worker's claim")
+    job_id = pgqueue.push(app, queue)
+    time.sleep(1)
+    assert job_rows(admin, queue) == [(job_id, "scheduled", 0, None, None)]
 
 
 def test_sigterm_lets_running_handlers_finish(app, admin, queue, running, tmp_path):

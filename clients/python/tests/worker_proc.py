@@ -2,6 +2,7 @@
 
     python worker_proc.py DSN QUEUE LOG --concurrency N --lease S --sleep S
                           [--shutdown-timeout S] [--complete-interval S] [--wait S]
+                          [--app-name NAME]
 
 Runs pgqueue.Worker.run() on QUEUE.  Its handler appends ``start ID TRIES``
 to LOG, sleeps ``--sleep`` seconds, then appends ``done ID``; each line is
@@ -29,6 +30,7 @@ def main() -> int:
     p.add_argument("--shutdown-timeout", type=float, default=30)
     p.add_argument("--complete-interval", type=float, default=0.005)
     p.add_argument("--wait", type=float, default=10)
+    p.add_argument("--app-name", default="pgqueue worker")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(threadName)s %(levelname)s %(message)s")
@@ -41,7 +43,8 @@ def main() -> int:
 
     worker = pgqueue.Worker(args.dsn, concurrency=args.concurrency, lease=args.lease,
                             wait=args.wait, shutdown_timeout=args.shutdown_timeout,
-                            complete_interval=args.complete_interval)
+                            complete_interval=args.complete_interval,
+                            connect_kwargs={"application_name": args.app_name})
 
     @worker.handler(args.queue)
     def handle(job: pgqueue.Job) -> None:
