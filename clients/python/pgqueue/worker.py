@@ -19,6 +19,13 @@ first Worker of a process): one key for all its jobs, so that one
 ``pgq_ack_batch`` acks them and one ``pgq_release`` at shutdown gives back
 what is still held.
 
+A handler may do its writes and ack its job in one transaction:
+``with job.transaction() as conn: ...`` runs the block in a transaction on a
+connection of a small pool (``transaction_connections``, opened only when
+used), then ``pgq_ack`` in the same transaction, and commits: the writes
+and the ack commit together or not at all.  When the ack finds the job no
+longer held, the transaction is rolled back and :class:`LeaseLost` raised.
+
 A handler may be a coroutine function (``async def``), or any function that
 returns an awaitable: the awaitable is awaited to completion on an event
 loop of the slot's thread (one loop per slot, made on its first such job and
@@ -63,6 +70,7 @@ through PgBouncer in transaction pooling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import logging
@@ -77,12 +85,12 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from uuid import UUID
 
 import psycopg
 
-from .errors import Retry, WorkerSetupError
+from .errors import LeaseLost, Retry, WorkerSetupError
 from .producer import Delay, as_interval
 
 log = logging.getLogger("pgqueue.worker")
@@ -106,6 +114,7 @@ _EXTEND = ("SELECT u.id, pgq_extend(u.id, u.key, %s)"
 _EXTEND_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
 _ACK_BATCH = "SELECT pgq_ack_batch(%s::uuid[], %s)"
 _ACK_EACH = "SELECT u.id, pgq_ack(u.id, %s) FROM unnest(%s::uuid[]) AS u(id)"
+_ACK = "SELECT pgq_ack(%s, %s)"
 _NACK = "SELECT pgq_nack(%s, %s, %s, %s)"
 _RELEASE = "SELECT pgq_release(%s)"
 
@@ -166,11 +175,43 @@ class Job:
     """The lease's current deadline (moved on by each extension)."""
     lock_key: str
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _pool: Optional["_TxPool"] = field(default=None, repr=False, compare=False)
+    _acked: bool = field(default=False, repr=False, compare=False)
 
     @property
     def lease_lost(self) -> bool:
         """True once an extension or the ack found the job no longer held by this worker."""
         return self._lost.is_set()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        """The handler's writes and the job's ack, in one transaction.
+
+        >>> with job.transaction() as conn:
+        ...     conn.execute("INSERT INTO bills (order_id) VALUES (%s)", [job.payload["order"]])
+
+        Yields a connection of the worker's transaction pool (at most
+        ``transaction_connections``; this waits for one when all are in use)
+        in a transaction.  When the block ends without an exception,
+        ``pgq_ack`` runs in the same transaction and it commits: the writes
+        and the ack commit together, or (an exception, a crash, a lost
+        connection) neither does, and the job runs again.  When the ack finds
+        the job no longer held (its lease lost to another claim), the
+        transaction is rolled back and :class:`LeaseLost` raised.  The worker
+        sends no other ack for the job.  Once per job.
+        """
+        if self._pool is None:
+            raise RuntimeError("job.transaction() is for a job a Worker gave to its handler")
+        if self._acked:
+            raise RuntimeError(f"job {self.id} was acked in a transaction already")
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                yield conn
+                if not conn.execute(_ACK, [self.id, self.lock_key]).fetchone()[0]:
+                    self._lost.set()
+                    raise LeaseLost(f"job {self.id} is no longer held by {self.lock_key} (its "
+                                    f"lease was lost): its transaction is rolled back")
+            self._acked = True
 
 
 def format_error(exc: BaseException) -> str:
@@ -188,6 +229,44 @@ def format_error(exc: BaseException) -> str:
 
 def _oneline(err: BaseException) -> str:
     return " ".join(str(err).split())
+
+
+class _TxPool:
+    """The connections of job.transaction(): at most ``size``, each made when
+    first needed and kept while it is healthy and idle."""
+
+    def __init__(self, worker: "Worker", size: int) -> None:
+        self.worker = worker
+        self.free = threading.BoundedSemaphore(size)
+        self.lock = threading.Lock()
+        self.idle: List[psycopg.Connection] = []
+        self.closed = False
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        with self.free:
+            with self.lock:
+                conn = self.idle.pop() if self.idle else None
+            if conn is None or conn.closed:
+                conn = self.worker._connect()
+            try:
+                yield conn
+            finally:
+                with self.lock:
+                    keep = (not self.closed and not conn.closed and conn.info.transaction_status
+                            == psycopg.pq.TransactionStatus.IDLE)
+                    if keep:
+                        self.idle.append(conn)
+                if not keep:
+                    conn.close()
+
+    def close(self) -> None:
+        """Close the idle connections; those in use are closed when given back."""
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        for conn in idle:
+            conn.close()
 
 
 class _Slot:
@@ -312,7 +391,9 @@ class Worker:
     handler raised (None: the server's exponential backoff).
     ``complete_interval``: seconds a finished job may wait for others to be
     acked with (at most ``lease / 3``: its lease is not extended meanwhile);
-    ``complete_batch``: the most jobs acked in one call.  ``name``: the
+    ``complete_batch``: the most jobs acked in one call.
+    ``transaction_connections``: the most connections :meth:`Job.transaction`
+    uses at once (opened when first used).  ``name``: the
     lock_key prefix, ``host:pid`` by default; the worker's key is
     ``name:n``, n numbering the Workers of the process from 0.
     ``prepare_threshold``: psycopg's, None (never prepare on the server) by
@@ -332,6 +413,7 @@ class Worker:
         retry_delay: Optional[Delay] = None,
         complete_interval: float = 0.005,
         complete_batch: int = 100,
+        transaction_connections: int = 2,
         name: Optional[str] = None,
         prepare_threshold: Optional[int] = None,
         reconnect_max_delay: float = 10.0,
@@ -348,6 +430,8 @@ class Worker:
             raise ValueError("complete_interval must be between 0 and lease / 3 (seconds)")
         if not 1 <= complete_batch <= MAX_BATCH:
             raise ValueError(f"complete_batch must be between 1 and {MAX_BATCH}")
+        if transaction_connections < 1:
+            raise ValueError("transaction_connections must be at least 1")
         self.conninfo = conninfo
         self.concurrency = concurrency
         self.lease = lease
@@ -356,6 +440,7 @@ class Worker:
         self.retry_delay = as_interval(retry_delay)
         self.complete_interval = complete_interval
         self.complete_batch = complete_batch
+        self.transaction_connections = transaction_connections
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.prepare_threshold = prepare_threshold
         self.reconnect_max_delay = reconnect_max_delay
@@ -379,6 +464,7 @@ class Worker:
         self._fatal: Optional[BaseException] = None
         self._heartbeat: Optional[_Heartbeat] = None
         self._completer: Optional[_Completer] = None
+        self._tx_pool = _TxPool(self, transaction_connections)
         self._started = False
 
     # -- registration ---------------------------------------------------------
@@ -542,6 +628,7 @@ class Worker:
             self._completer.close(max(0.0, deadline - time.monotonic()) + FINISH_WAIT)
         if self._heartbeat is not None:
             self._heartbeat.stop()
+        self._tx_pool.close()
         with self._claim_lock:
             conn, self._claim_conn = self._claim_conn, None
         if conn is not None:
@@ -666,7 +753,8 @@ class Worker:
                 self._free -= len(rows)
             for row in rows:
                 self._jobs.put(Job(id=row[0], queue=row[1], payload=row[2], tries=row[3],
-                                   version=row[4], lock_timeout=row[5], lock_key=key))
+                                   version=row[4], lock_timeout=row[5], lock_key=key,
+                                   _pool=self._tx_pool))
 
     @staticmethod
     def _claim(conn: psycopg.Connection, args: List[Any],
@@ -731,6 +819,11 @@ class Worker:
             if job.lease_lost:
                 log.error("%s: lease of job %s was lost while its handler ran: result not %s",
                           job.lock_key, job.id, "acked" if error is None else "nacked")
+                return
+            if job._acked:  # in the handler's own transaction
+                if error is not None:
+                    log.warning("%s: job %s raised after its transaction acked it: not nacked",
+                                job.lock_key, job.id)
                 return
             handed = self._completer.submit(job, error, retry_in)
             if not handed:

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Callable
+from typing import Any, Callable
 
 import psycopg
 import pytest
@@ -531,6 +531,88 @@ def test_a_stalled_extend_does_not_hold_up_the_other_leases(app, admin, queue, r
     assert results == {str(stuck): False, str(other): False}
 
 
+def _work_table(admin: psycopg.Connection, queue: str) -> str:
+    """A table the handlers of ``queue`` write to (role app may insert)."""
+    table = f"tx_{queue}"
+    admin.execute(f"CREATE TABLE {table} (job uuid PRIMARY KEY, n int)")
+    admin.execute(f"GRANT SELECT, INSERT ON {table} TO app")
+    return table
+
+
+def test_job_transaction_commits_the_work_with_the_ack(app, admin, queue, running, caplog):
+    """job.transaction(): the writes and the ack commit together; a block that
+    raises commits neither (the job is nacked); a job fenced meanwhile gets
+    LeaseLost and commits neither (not nacked: its new holder keeps it)."""
+    admin.execute("SELECT pgq_configure(%s, max_tries => 1)", [queue])
+    table = _work_table(admin, queue)
+    good = pgqueue.push_batch(app, queue, [{"n": i} for i in range(4)])
+    bad = pgqueue.push(app, queue, {"n": 10, "fail": True})
+    fenced = pgqueue.push(app, queue, {"n": 20, "fence": True})
+    raised: dict[str, str] = {}
+
+    def handle(job: pgqueue.Job) -> None:
+        try:
+            with job.transaction() as conn:
+                conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", [job.id, job.payload["n"]])
+                if job.payload.get("fail"):
+                    raise ValueError("failed after the write")
+                if job.payload.get("fence"):
+                    with psycopg.connect(os.environ["PGQ_ADMIN_DSN"], autocommit=True) as other:
+                        other.execute("UPDATE pgqueue.work_queue SET lock_key = 'intruder' "
+                                      "WHERE id = %s", [job.id])
+        except Exception as err:
+            raised[str(job.id)] = type(err).__name__
+            raise
+
+    w = _FlakyWorker(DSN, concurrency=3, wait=2, thread="pgqueue-completer",
+                     errors={"pgq_ack": [], "pgq_nack": []})  # counted, not failed
+    w.register(queue, handle)
+    with caplog.at_level(logging.ERROR, logger="pgqueue.worker"):
+        r = running(w)
+        wait_until(lambda: [s for _, s, _, _, _ in job_rows(admin, queue)]
+                   == ["failed", "scheduled"], 20, "the acks and the nack")
+        r.stop()
+    written = admin.execute(f"SELECT job FROM {table} ORDER BY job").fetchall()
+    assert [j for j, in written] == sorted(good)
+    assert [(i, k) for i, _, _, _, k in job_rows(admin, queue)] == [(bad, None),
+                                                                   (fenced, "intruder")]
+    assert raised == {str(bad): "ValueError", str(fenced): "LeaseLost"}
+    # acked in their transactions: the completer sent the nack only
+    assert (w.sent("pgq_ack"), w.sent("pgq_nack")) == (0, 1)
+    assert any(str(fenced) in m and "lost" in m for m in caplog.messages), caplog.messages
+
+
+def test_job_transaction_crash_between_the_work_and_the_commit(app, admin, queue, running,
+                                                               tmp_path):
+    """SIGKILL after the handler wrote, before its transaction (work + ack)
+    committed: neither is kept; the job runs again, and its work and ack
+    commit once."""
+    table = _work_table(admin, queue)
+    job_id = pgqueue.push(app, queue)
+    log = str(tmp_path / "tx.log")
+    p = _proc(queue, log, "--tx-table", table, "--sleep", "60", "--lease", "3")
+    _kill_when(p, lambda: _lines(log, "written"), "the handler's write")
+    wait_until(lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE state = "
+                                     "'idle in transaction' AND usename = 'app'"
+                                     ).fetchone()[0] == 0, 10, "the transaction to end")
+    assert admin.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+    assert [i for i, _, _, _, _ in job_rows(admin, queue)] == [job_id]
+    tries: list[int] = []
+
+    def handle(job: pgqueue.Job) -> None:
+        tries.append(job.tries)
+        with job.transaction() as conn:
+            conn.execute(f"INSERT INTO {table} (job) VALUES (%s)", [job.id])
+
+    w = pgqueue.Worker(DSN, concurrency=1, wait=2)
+    w.register(queue, handle)
+    r = running(w)
+    wait_until(lambda: not job_rows(admin, queue), 30, "the job acked")
+    r.stop()
+    assert tries == [2]
+    assert admin.execute(f"SELECT job FROM {table}").fetchall() == [(job_id,)]
+
+
 def _proc(queue: str, log: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, os.path.join(HERE, "worker_proc.py"),
                              DSN, queue, log, *args],
@@ -544,16 +626,21 @@ def _lines(log: str, word: str) -> list[list[str]]:
         return [line.split()[1:] for line in f if line.split()[:1] == [word]]
 
 
-def test_sigkill_mid_job_is_stolen_after_the_lease(app, admin, queue, running, tmp_path):
-    ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(3)])
-    log = str(tmp_path / "killed.log")
-    p = _proc(queue, log, "--concurrency", "1", "--lease", "2", "--sleep", "60")
+def _kill_when(p: subprocess.Popen, cond: Callable[[], Any], what: str) -> None:
+    """SIGKILL the worker process once ``cond()`` is true (30 s at most)."""
     try:
-        wait_until(lambda: _lines(log, "start"), 30, "the first job to start")
+        wait_until(cond, 30, what)
         p.send_signal(signal.SIGKILL)
         p.wait(10)
     finally:
         p.kill()
+
+
+def test_sigkill_mid_job_is_stolen_after_the_lease(app, admin, queue, running, tmp_path):
+    ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(3)])
+    log = str(tmp_path / "killed.log")
+    p = _proc(queue, log, "--concurrency", "1", "--lease", "2", "--sleep", "60")
+    _kill_when(p, lambda: _lines(log, "start"), "the first job to start")
     (victim, tries), = _lines(log, "start")
     assert tries == "1"
     done: list[tuple[str, int]] = []
@@ -574,12 +661,7 @@ def test_a_crash_between_the_handler_and_the_ack_runs_the_job_again_once(app, ad
     ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(3)])
     log = str(tmp_path / "crash.log")
     p = _proc(queue, log, "--concurrency", "3", "--lease", "6", "--complete-interval", "2")
-    try:
-        wait_until(lambda: len(_lines(log, "done")) == 3, 30, "3 handlers done")
-        p.send_signal(signal.SIGKILL)
-        p.wait(10)
-    finally:
-        p.kill()
+    _kill_when(p, lambda: len(_lines(log, "done")) == 3, "3 handlers done")
     rows = job_rows(admin, queue)
     assert len(rows) == 3 and all(r[4] is not None for r in rows), "acked before the crash"
     done: list[tuple[str, int]] = []
@@ -605,12 +687,7 @@ def test_a_killed_worker_leaves_no_waiting_claim_behind(app, admin, queue, tmp_p
                              [name]).fetchone()[0]
 
     p = _proc(queue, log, "--wait", "30", "--app-name", name)
-    try:
-        wait_until(claims, 30, "the worker's blocking claim")
-        p.send_signal(signal.SIGKILL)
-        p.wait(10)
-    finally:
-        p.kill()
+    _kill_when(p, claims, "the worker's blocking claim")
     wait_until(lambda: not claims(), 10, "the server to end the dead worker's claim")
     job_id = pgqueue.push(app, queue)
     time.sleep(1)

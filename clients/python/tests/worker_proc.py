@@ -2,11 +2,14 @@
 
     python worker_proc.py DSN QUEUE LOG --concurrency N --lease S --sleep S
                           [--shutdown-timeout S] [--complete-interval S] [--wait S]
-                          [--app-name NAME]
+                          [--app-name NAME] [--tx-table TABLE]
 
 Runs pgqueue.Worker.run() on QUEUE.  Its handler appends ``start ID TRIES``
 to LOG, sleeps ``--sleep`` seconds, then appends ``done ID``; each line is
-flushed at once, so a test can read what happened before a SIGKILL.
+flushed at once, so a test can read what happened before a SIGKILL.  With
+``--tx-table``, the handler inserts the job's id into TABLE in
+``job.transaction()`` and appends ``written ID`` before its sleep, inside
+the transaction.
 """
 
 import argparse
@@ -31,6 +34,7 @@ def main() -> int:
     p.add_argument("--complete-interval", type=float, default=0.005)
     p.add_argument("--wait", type=float, default=10)
     p.add_argument("--app-name", default="pgqueue worker")
+    p.add_argument("--tx-table")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(threadName)s %(levelname)s %(message)s")
@@ -49,7 +53,13 @@ def main() -> int:
     @worker.handler(args.queue)
     def handle(job: pgqueue.Job) -> None:
         note(f"start {job.id} {job.tries}")
-        time.sleep(args.sleep)
+        if args.tx_table:
+            with job.transaction() as conn:
+                conn.execute(f"INSERT INTO {args.tx_table} (job) VALUES (%s)", [job.id])
+                note(f"written {job.id}")
+                time.sleep(args.sleep)
+        else:
+            time.sleep(args.sleep)
         note(f"done {job.id}")
 
     note("ready")
