@@ -5,10 +5,14 @@
 #
 #   sudo bash bench/clients.sh                 # writes bench/CLIENTS.md
 #   sudo bash bench/clients.sh --jobs 10000 --rounds 5 --out /tmp/clients.md
+#   sudo bash bench/clients.sh --clients "pgbench python" --out /tmp/py.md   # some of them
 #
 # Each measurement drains a backlog of --jobs jobs (default 2,000), fully
-# scheduled beforehand, one job per claim, claim and ack each in their own
-# transaction (what the libraries do).  Rounds interleave the clients; the
+# scheduled beforehand.  pgbench and the Node worker take one job per claim,
+# claim and ack each in their own transaction; the Python worker claims for
+# all its free slots at once and acks in batches (its defaults).  Rounds
+# interleave the clients (--clients: which of pgbench, python, node; the
+# ratios need pgbench); the
 # report takes each one's median, and the median of the per-round ratios
 # (a library against the pgbench run right before it, which cancels slow
 # drift of a shared machine).  The server is the test suite's
@@ -24,12 +28,14 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 JOBS=2000
 ROUNDS=7
 OUT=$SRC/bench/CLIENTS.md
+CLIENTS="pgbench python node"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--jobs) JOBS=$2; shift 2 ;;
 	--rounds) ROUNDS=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
-	*) echo "usage: $0 [--jobs N] [--rounds N] [--out FILE]"; exit 2 ;;
+	--clients) CLIENTS=$2; shift 2 ;;
+	*) echo "usage: $0 [--jobs N] [--rounds N] [--out FILE] [--clients \"pgbench python node\"]"; exit 2 ;;
 	esac
 done
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
@@ -59,8 +65,8 @@ tar -C "$SRC" --exclude=node_modules --exclude=build --exclude='*.egg-info' --ex
 	-cf - clients bench/clients bench/sql/sys4_consume.sql | tar -C "$WORK/tree" -xf -
 { /usr/bin/python3 -m venv --system-site-packages "$WORK/venv" &&
 	(cd "$WORK" && "$WORK/venv/bin/python" -m pip install -q --no-build-isolation --no-deps --no-index "$WORK/tree/clients/python") &&
-	(cd "$WORK/tree/clients/node" && npm ci --no-audit --no-fund --loglevel=error) &&
-	(cd "$WORK/tree/bench/clients" && npm install --no-audit --no-fund --loglevel=error); } >"$WORK/install.log" 2>&1 ||
+	{ [[ " $CLIENTS " != *" node "* ]] || { (cd "$WORK/tree/clients/node" && npm ci --no-audit --no-fund --loglevel=error) &&
+		(cd "$WORK/tree/bench/clients" && npm install --no-audit --no-fund --loglevel=error); }; }; } >"$WORK/install.log" 2>&1 ||
 	{ cat "$WORK/install.log"; exit 1; }
 chown -R postgres: "$WORK"
 
@@ -111,7 +117,7 @@ measure() { # $1 = client (pgbench, python, node), $2 = concurrency
 RAW=$WORK/raw.jsonl
 for r in $(seq 1 "$ROUNDS"); do
 	for c in 1 8; do
-		for client in pgbench python node; do
+		for client in $CLIENTS; do
 			log "round $r: $client, concurrency $c"
 			measure "$client" "$c" | tee -a "$RAW" >&2 || exit 1
 		done
@@ -120,14 +126,17 @@ done
 
 log "writing $OUT"
 PSYCOPG=$(/usr/bin/python3 -c 'import psycopg; print(psycopg.__version__)')
-NODEPG=$(cd "$WORK/tree/clients/node" && node -p 'require("pg/package.json").version')
-/usr/bin/python3 - "$RAW" "$OUT" "$JOBS" "$ROUNDS" <<PY
+NODEPG=$(cd "$WORK/tree/clients/node" && node -p 'require("pg/package.json").version' 2>/dev/null || echo "(not run)")
+/usr/bin/python3 - "$RAW" "$OUT" "$JOBS" "$ROUNDS" "$CLIENTS" <<PY
 import json, statistics, sys, platform, subprocess, datetime
 raw, out, jobs, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+clients = sys.argv[5].split()
+libs = [c for c in ("python", "node") if c in clients]
+names = {"pgbench": "raw SQL (pgbench)", "python": "Python worker", "node": "Node worker"}
 rows = [json.loads(l) for l in open(raw)]
 med = {}
 for c in (1, 8):
-    for client in ("pgbench", "python", "node"):
+    for client in clients:
         med[(client, c)] = statistics.median(r["jobs_per_s"] for r in rows
                                              if r["client"] == client and r["concurrency"] == c)
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -144,13 +153,17 @@ lines = [
     f" with psycopg $PSYCOPG; Node {nodev} with pg $NODEPG.",
     "Server: fsync and synchronous_commit on, shared_buffers 256MB, pgqueue.batch_size 1000,"
     " unix socket. Each run drains a backlog of"
-    f" {jobs:,} jobs, all scheduled before it starts: one job per claim (\`pgq_claim(key, 1, '30 seconds')\`),"
-    " claim and ack each in their own transaction. The libraries' handlers do nothing; the Python"
+    f" {jobs:,} jobs, all scheduled before it starts. pgbench and the Node worker take one job per claim"
+    " (\`pgq_claim(key, 1, '30 seconds')\`), claim and ack each in their own transaction; the Python"
+    " worker claims for all its free slots in one call and acks in batches (\`pgq_ack_batch\`, its"
+    " defaults: 5 ms or 100 jobs). The libraries' handlers do nothing; the Python"
     " worker also runs its heartbeat thread, both pass \`wait\` (5 s) to their claims. pgbench runs"
     " \`bench/sql/sys4_consume.sql\` (the same claim and ack as SQL, no wait) with -M prepared -c C -j min(C, 2).",
+    f"Clients run: {', '.join(clients)}.",
     "",
-    "| concurrency | raw SQL (pgbench) | Python worker | Node worker | Python / raw | Node / raw |",
-    "|---|---|---|---|---|---|",
+    "| concurrency | " + " | ".join(names[c] for c in clients) + "".join(
+        f" | {names[l].split()[0]} / raw" for l in libs if "pgbench" in clients) + " |",
+    "|---" * (1 + len(clients) + (len(libs) if "pgbench" in clients else 0)) + "|",
 ]
 def ratio(client, c):
     """Median over rounds of the client's jobs/s over the same round's pgbench."""
@@ -159,10 +172,12 @@ def ratio(client, c):
     q = sorted(m / b for m, b in zip(mine, base))
     return statistics.median(q), q[0], q[-1]
 for c in (1, 8):
-    p, py, nd = med[("pgbench", c)], med[("python", c)], med[("node", c)]
-    rp, rn = ratio("python", c), ratio("node", c)
-    lines.append(f"| {c} | {p:,.0f} | {py:,.0f} | {nd:,.0f} | {rp[0]:.2f} ({rp[1]:.2f}-{rp[2]:.2f}) "
-                 f"| {rn[0]:.2f} ({rn[1]:.2f}-{rn[2]:.2f}) |")
+    cells = [f"{med[(client, c)]:,.0f}" for client in clients]
+    if "pgbench" in clients:
+        for l in libs:
+            r = ratio(l, c)
+            cells.append(f"{r[0]:.2f} ({r[1]:.2f}-{r[2]:.2f})")
+    lines.append(f"| {c} | " + " | ".join(cells) + " |")
 lines += ["", "jobs/s are medians over the rounds; a ratio is the median over the rounds of the"
           " library's jobs/s over the pgbench run of the same round and concurrency (in"
           " parentheses: the lowest and highest round)."]

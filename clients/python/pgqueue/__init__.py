@@ -14,20 +14,25 @@ Worker side::
     def send(job: pgqueue.Job) -> None:
         ...                      # return: ack; raise: nack (retried, then failed)
 
+    @w.handler("orders")
+    def bill(job: pgqueue.Job) -> None:
+        with job.transaction() as conn:      # the writes and the ack commit together
+            conn.execute("INSERT INTO bills ...")
+
     w.run()                      # until SIGTERM / SIGINT
 
 Operations (``pgqueue.admin``) and the command line: ``python3 -m pgqueue``.
 """
 
 from .admin import cancel, counters, jobs, purge, retry, retry_failed, stats
-from .errors import NeedsNewerExtension, PgQueueError, Retry, WorkerSetupError
+from .errors import LeaseLost, NeedsNewerExtension, PgQueueError, Retry, WorkerSetupError
 from .producer import push, push_batch
 from .worker import Job, Worker, format_error
 
 __version__ = "1.0.0"
 
 __all__ = [
-    "Job", "NeedsNewerExtension", "PgQueueError", "Retry", "Worker", "WorkerSetupError",
+    "Job", "LeaseLost", "NeedsNewerExtension", "PgQueueError", "Retry", "Worker", "WorkerSetupError",
     "cancel", "counters", "format_error", "jobs", "purge", "push", "push_batch", "retry",
     "retry_failed", "stats",
 ]

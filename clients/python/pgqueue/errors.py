@@ -14,6 +14,11 @@ class WorkerSetupError(PgQueueError):
     """The worker cannot run as configured (extension missing, no privilege, ...)."""
 
 
+class LeaseLost(PgQueueError):
+    """``job.transaction()`` found the job no longer held by this worker (its
+    lease was lost to another claim): the transaction was rolled back."""
+
+
 class NeedsNewerExtension(PgQueueError):
     """The database's pgqueue lacks an object this call needs (pgqueue 1.1)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import signal
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
+from typing import Any, Callable
 
 import psycopg
 import pytest
@@ -55,8 +57,8 @@ def test_2000_jobs_over_3_queues_each_done_once(app, admin, queue, running):
     seen = collections.Counter(n for _, n in done)
     assert len(done) == 2000 and set(seen) == set(range(2000)) and max(seen.values()) == 1
     assert {q for q, n in done if n % 3 == 0} == {queues[0]}
-    host_pid = f"{socket.gethostname()}:{os.getpid()}:"
-    assert len(keys) == 4 and all(k.startswith(host_pid) for k in keys), keys
+    # one lock_key for the whole worker, whatever its concurrency
+    assert keys == {w.lock_key} and w.lock_key.startswith(f"{socket.gethostname()}:{os.getpid()}:")
     assert active[1] > 1, "handlers never ran at the same time"
 
 
@@ -204,27 +206,58 @@ def test_async_handler_keeps_its_lease(app, admin, queue, running):
     assert last > first and not lost  # the heartbeat extended it while awaited
 
 
+class _After:
+    """An entry of _Flaky's errors: the statement runs, then ``error`` is
+    raised (an answer lost after the server committed: inside a transaction,
+    after its commit).  With ``when``, only once a statement's rows pass it."""
+
+    def __init__(self, error: BaseException, when: Callable[[list], bool] | None = None) -> None:
+        self.error, self.when = error, when
+
+
 class _Flaky:
     """A connection whose ``execute`` raises ``errors[word]`` (in turn) on
     statements containing ``word``, then behaves; an entry that is a function
-    is called instead, before the statement is sent (a delay, say).
+    is called instead, before the statement is sent (a delay, say); an
+    _After entry raises after the statement ran.
     ``sent[word]`` counts those statements that went through."""
 
     def __init__(self, conn: psycopg.Connection, errors: dict[str, list]) -> None:
         self._conn, self._errors = conn, errors
         self.sent: collections.Counter[str] = collections.Counter()
+        self._after_commit: BaseException | None = None
 
     def execute(self, query, params=None):
         word = next((w for w in self._errors if w in query), None)
+        fault = None
         if word is not None and self._errors[word]:
-            fault = self._errors[word].pop(0)
-            if not callable(fault):
-                raise fault
-            fault()
+            fault = self._errors[word][0]
+            if not isinstance(fault, _After):
+                self._errors[word].pop(0)
+                if not callable(fault):
+                    raise fault
+                fault()
         cur = self._conn.execute(query, params)
         if word is not None:
             self.sent[word] += 1
+        if isinstance(fault, _After):
+            rows = cur.fetchall()
+            if rows:
+                cur.scroll(0, "absolute")
+            if fault.when is None or fault.when(rows):
+                self._errors[word].pop(0)
+                if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+                    raise fault.error
+                self._after_commit = fault.error
         return cur
+
+    @contextlib.contextmanager
+    def transaction(self):
+        with self._conn.transaction() as tx:
+            yield tx
+        error, self._after_commit = self._after_commit, None
+        if error is not None:
+            raise error
 
     def __getattr__(self, name):
         return getattr(self._conn, name)
@@ -279,10 +312,11 @@ def test_heartbeat_survives_errors_that_are_not_the_connection(app, admin, queue
 
 def test_a_slot_survives_errors_of_its_claim_and_ack(app, admin, queue, running, caplog):
     """A claim and two acks raise errors that are not the connection's: the
-    slot goes on, the ack is sent again, the next job is done too."""
+    claimer and the completer go on, the ack is sent again, the next job is
+    done too."""
     ids = pgqueue.push_batch(app, queue, [{"n": 0}, {"n": 1}])
     done: list[str] = []
-    w = _FlakyWorker(DSN, concurrency=1, wait=2, reconnect_max_delay=0.5, thread="pgqueue-slot",
+    w = _FlakyWorker(DSN, concurrency=1, wait=2, reconnect_max_delay=0.5, thread="pgqueue-",
                      errors={"pgq_claim": [psycopg.errors.InternalError_("injected claim error")],
                              "pgq_ack": [psycopg.errors.DataError("injected DataError"),
                                          RuntimeError("injected RuntimeError")]})
@@ -292,7 +326,7 @@ def test_a_slot_survives_errors_of_its_claim_and_ack(app, admin, queue, running,
         wait_until(lambda: not job_rows(admin, queue), 20, "both jobs acked")
         r.stop()
     assert sorted(done) == sorted(str(i) for i in ids)  # each ran once: the acks went through
-    assert w.sent("pgq_ack") == 2
+    assert w.sent("pgq_ack") in (1, 2)  # both jobs in one batch, or one each
     text = "\n".join(caplog.messages)
     assert all(m in text for m in ("injected claim error", "injected DataError",
                                    "injected RuntimeError")), text
@@ -311,8 +345,8 @@ def test_shutdown_waits_for_an_ack_in_flight_before_releasing(app, admin, queue,
         acking.set()
         time.sleep(1.5)  # the ack's round trip, past the shutdown deadline
 
-    w = _FlakyWorker(DSN, concurrency=1, wait=2, shutdown_timeout=0.5, thread="pgqueue-slot",
-                     errors={"pgq_ack": [slow_ack]})
+    w = _FlakyWorker(DSN, concurrency=1, wait=2, shutdown_timeout=0.5,
+                     thread="pgqueue-completer", errors={"pgq_ack": [slow_ack]})
     w.register(queue, lambda job: done.append(str(job.id)))
     with caplog.at_level(logging.INFO, logger="pgqueue.worker"):
         r = running(w)
@@ -325,6 +359,139 @@ def test_shutdown_waits_for_an_ack_in_flight_before_releasing(app, admin, queue,
     assert w.sent("pgq_ack") == 1
     assert not any("answered false" in m or "released 1 job" in m for m in caplog.messages), \
         caplog.messages
+
+
+def test_an_ack_batch_with_a_fenced_job_acks_the_others_and_reports_it(app, admin, queue,
+                                                                      running, caplog):
+    """Three jobs end together and go in one pgq_ack_batch; one of them lost
+    its lease meanwhile and another worker claimed it.  The other two are
+    acked, the fenced one is not (its new holder keeps it), and it is
+    reported: an ERROR and job.lease_lost."""
+    pgqueue.push_batch(app, queue, [{"n": i} for i in range(3)])
+    jobs: dict[int, pgqueue.Job] = {}
+    together = threading.Barrier(3)
+
+    def handle(job: pgqueue.Job) -> None:
+        jobs[job.payload["n"]] = job
+        together.wait(20)
+        if job.payload["n"] == 0:
+            # its lease runs out, and another worker claims it
+            with psycopg.connect(os.environ["PGQ_ADMIN_DSN"], autocommit=True) as other:
+                other.execute("UPDATE pgqueue.work_queue SET lock_timeout = now() - interval "
+                              "'1 second' WHERE id = %s", [job.id])
+                taken = other.execute("SELECT id FROM pgq_claim('intruder', 1, '10 minutes', "
+                                      "ARRAY[%s])", [queue]).fetchall()
+            assert taken == [(job.id,)]
+        together.wait(20)
+
+    w = _FlakyWorker(DSN, concurrency=3, wait=2, complete_interval=1, thread="pgqueue-completer",
+                     errors={"pgq_ack_batch": [], "pgq_ack(": []})  # counted, not failed
+    w.register(queue, handle)
+    with caplog.at_level(logging.ERROR, logger="pgqueue.worker"):
+        r = running(w)
+        wait_until(lambda: len(job_rows(admin, queue)) == 1, 20, "two acks")
+        r.stop()
+    fenced = jobs[0]
+    assert [(i, k) for i, _, _, _, k in job_rows(admin, queue)] == [(fenced.id, "intruder")]
+    assert (fenced.lease_lost, jobs[1].lease_lost, jobs[2].lease_lost) == (True, False, False)
+    # one batch, then each job on its own to learn which was not held
+    assert (w.sent("pgq_ack_batch"), w.sent("pgq_ack(")) == (1, 1)
+    assert any(str(fenced.id) in m and "no longer held" in m for m in caplog.messages), \
+        caplog.messages
+
+
+def test_shutdown_sends_the_acks_still_waiting_before_the_release(app, admin, queue, running,
+                                                                  caplog):
+    """Finished jobs wait for their batch (complete_interval 10 s here): stop()
+    acks them at once, then releases (nothing: no job is given back)."""
+    pgqueue.push_batch(app, queue, [{"n": i} for i in range(5)])
+    done: list[str] = []
+    w = pgqueue.Worker(DSN, concurrency=5, wait=2, complete_interval=10)
+    w.register(queue, lambda job: done.append(str(job.id)))
+    with caplog.at_level(logging.DEBUG, logger="pgqueue.worker"):
+        r = running(w)
+        wait_until(lambda: len(done) == 5, 20, "5 handlers done")
+        time.sleep(0.3)
+        # not acked yet: still held by the worker
+        assert [k for _, _, _, _, k in job_rows(admin, queue)] == [w.lock_key] * 5
+        t0 = time.monotonic()
+        r.stop()
+        took = time.monotonic() - t0
+    assert job_rows(admin, queue) == []  # acked, not released
+    assert took < 5, f"stop() took {took:.1f}s"
+    text = "\n".join(caplog.messages)
+    assert f"released 0 job(s) of {w.lock_key} at shutdown" in text, text
+
+
+def test_a_claim_answer_lost_is_released_once_the_jobs_of_its_key_are_done(app, admin, queue,
+                                                                           running, caplog):
+    """A claim commits but its answer is lost: the job it took is unknown to the
+    worker.  Claims go on under a new key; the old key is released when the
+    job still running under it is done (not before: that would give a running
+    job away), which gives the lost job back at once (not a lease later)."""
+    slow_id = pgqueue.push(app, queue, {"slow": True})
+    done: list[tuple[str, int, str]] = []
+    started = threading.Event()
+
+    def handle(job: pgqueue.Job) -> None:
+        if job.payload.get("slow"):
+            started.set()
+            time.sleep(2)
+        done.append((str(job.id), job.tries, job.lock_key))
+
+    w = _FlakyWorker(DSN, concurrency=2, lease=30, wait=2, thread="pgqueue-claimer",
+                     errors={"pgq_claim": [_After(
+                         psycopg.OperationalError("injected: the claim's answer was lost"),
+                         when=lambda rows: any(not r[2].get("slow") for r in rows))]})
+    w.register(queue, handle)
+    with caplog.at_level(logging.INFO, logger="pgqueue.worker"):
+        r = running(w)
+        assert started.wait(20)
+        lost_id, next_id = pgqueue.push_batch(app, queue, [{"n": 1}, {"n": 2}])
+        wait_until(lambda: not job_rows(admin, queue), 20, "all three acked")
+        r.stop()
+    first, second = w.lock_keys
+    assert second == first + ".1"
+    assert sorted(done) == sorted([(str(slow_id), 1, first), (str(next_id), 1, second),
+                                   (str(lost_id), 2, second)])
+    # released after the slow job's ack, before the lost job's lease ran out
+    text = "\n".join(caplog.messages)
+    assert f"released 1 job(s) of {first}" in text, text
+    assert [i for i, _, _ in done].index(str(lost_id)) > [i for i, _, _ in done].index(
+        str(slow_id))
+
+
+@pytest.mark.direct_only
+def test_a_worker_at_concurrency_16_uses_at_most_three_connections(app, admin, queue, running):
+    """Counted in pg_stat_activity by application_name while 16 handlers run
+    (the claimer, the completer and the heartbeat).  Not through PgBouncer,
+    whose server connections are the pool's, not the worker's."""
+    name = f"pgqueue conn test {queue}"
+    pgqueue.push_batch(app, queue, [{"n": i} for i in range(48)])
+    active = [0, 0]
+    lock = threading.Lock()
+
+    def handle(job: pgqueue.Job) -> None:
+        with lock:
+            active[0] += 1
+            active[1] = max(active[1], active[0])
+        time.sleep(1.2)  # the heartbeat (lease 3: every second) extends them
+        with lock:
+            active[0] -= 1
+
+    w = pgqueue.Worker(DSN, concurrency=16, lease=3, wait=2,
+                       connect_kwargs={"application_name": name})
+    w.register(queue, handle)
+    r = running(w)
+    peak = 0
+    while job_rows(admin, queue):
+        n = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                          [name]).fetchone()[0]
+        peak = max(peak, n)
+        time.sleep(0.05)
+    r.stop()
+    assert active[1] == 16, active
+    assert 2 <= peak <= 3, peak
 
 
 def test_a_stalled_extend_does_not_hold_up_the_other_leases(app, admin, queue, running):
@@ -364,6 +531,88 @@ def test_a_stalled_extend_does_not_hold_up_the_other_leases(app, admin, queue, r
     assert results == {str(stuck): False, str(other): False}
 
 
+def _work_table(admin: psycopg.Connection, queue: str) -> str:
+    """A table the handlers of ``queue`` write to (role app may insert)."""
+    table = f"tx_{queue}"
+    admin.execute(f"CREATE TABLE {table} (job uuid PRIMARY KEY, n int)")
+    admin.execute(f"GRANT SELECT, INSERT ON {table} TO app")
+    return table
+
+
+def test_job_transaction_commits_the_work_with_the_ack(app, admin, queue, running, caplog):
+    """job.transaction(): the writes and the ack commit together; a block that
+    raises commits neither (the job is nacked); a job fenced meanwhile gets
+    LeaseLost and commits neither (not nacked: its new holder keeps it)."""
+    admin.execute("SELECT pgq_configure(%s, max_tries => 1)", [queue])
+    table = _work_table(admin, queue)
+    good = pgqueue.push_batch(app, queue, [{"n": i} for i in range(4)])
+    bad = pgqueue.push(app, queue, {"n": 10, "fail": True})
+    fenced = pgqueue.push(app, queue, {"n": 20, "fence": True})
+    raised: dict[str, str] = {}
+
+    def handle(job: pgqueue.Job) -> None:
+        try:
+            with job.transaction() as conn:
+                conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", [job.id, job.payload["n"]])
+                if job.payload.get("fail"):
+                    raise ValueError("failed after the write")
+                if job.payload.get("fence"):
+                    with psycopg.connect(os.environ["PGQ_ADMIN_DSN"], autocommit=True) as other:
+                        other.execute("UPDATE pgqueue.work_queue SET lock_key = 'intruder' "
+                                      "WHERE id = %s", [job.id])
+        except Exception as err:
+            raised[str(job.id)] = type(err).__name__
+            raise
+
+    w = _FlakyWorker(DSN, concurrency=3, wait=2, thread="pgqueue-completer",
+                     errors={"pgq_ack": [], "pgq_nack": []})  # counted, not failed
+    w.register(queue, handle)
+    with caplog.at_level(logging.ERROR, logger="pgqueue.worker"):
+        r = running(w)
+        wait_until(lambda: [s for _, s, _, _, _ in job_rows(admin, queue)]
+                   == ["failed", "scheduled"], 20, "the acks and the nack")
+        r.stop()
+    written = admin.execute(f"SELECT job FROM {table} ORDER BY job").fetchall()
+    assert [j for j, in written] == sorted(good)
+    assert [(i, k) for i, _, _, _, k in job_rows(admin, queue)] == [(bad, None),
+                                                                   (fenced, "intruder")]
+    assert raised == {str(bad): "ValueError", str(fenced): "LeaseLost"}
+    # acked in their transactions: the completer sent the nack only
+    assert (w.sent("pgq_ack"), w.sent("pgq_nack")) == (0, 1)
+    assert any(str(fenced) in m and "lost" in m for m in caplog.messages), caplog.messages
+
+
+def test_job_transaction_crash_between_the_work_and_the_commit(app, admin, queue, running,
+                                                               tmp_path):
+    """SIGKILL after the handler wrote, before its transaction (work + ack)
+    committed: neither is kept; the job runs again, and its work and ack
+    commit once."""
+    table = _work_table(admin, queue)
+    job_id = pgqueue.push(app, queue)
+    log = str(tmp_path / "tx.log")
+    p = _proc(queue, log, "--tx-table", table, "--sleep", "60", "--lease", "3")
+    _kill_when(p, lambda: _lines(log, "written"), "the handler's write")
+    wait_until(lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE state = "
+                                     "'idle in transaction' AND usename = 'app'"
+                                     ).fetchone()[0] == 0, 10, "the transaction to end")
+    assert admin.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+    assert [i for i, _, _, _, _ in job_rows(admin, queue)] == [job_id]
+    tries: list[int] = []
+
+    def handle(job: pgqueue.Job) -> None:
+        tries.append(job.tries)
+        with job.transaction() as conn:
+            conn.execute(f"INSERT INTO {table} (job) VALUES (%s)", [job.id])
+
+    w = pgqueue.Worker(DSN, concurrency=1, wait=2)
+    w.register(queue, handle)
+    r = running(w)
+    wait_until(lambda: not job_rows(admin, queue), 30, "the job acked")
+    r.stop()
+    assert tries == [2]
+    assert admin.execute(f"SELECT job FROM {table}").fetchall() == [(job_id,)]
+
+
 def _proc(queue: str, log: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, os.path.join(HERE, "worker_proc.py"),
                              DSN, queue, log, *args],
@@ -377,16 +626,21 @@ def _lines(log: str, word: str) -> list[list[str]]:
         return [line.split()[1:] for line in f if line.split()[:1] == [word]]
 
 
-def test_sigkill_mid_job_is_stolen_after_the_lease(app, admin, queue, running, tmp_path):
-    ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(3)])
-    log = str(tmp_path / "killed.log")
-    p = _proc(queue, log, "--concurrency", "1", "--lease", "2", "--sleep", "60")
+def _kill_when(p: subprocess.Popen, cond: Callable[[], Any], what: str) -> None:
+    """SIGKILL the worker process once ``cond()`` is true (30 s at most)."""
     try:
-        wait_until(lambda: _lines(log, "start"), 30, "the first job to start")
+        wait_until(cond, 30, what)
         p.send_signal(signal.SIGKILL)
         p.wait(10)
     finally:
         p.kill()
+
+
+def test_sigkill_mid_job_is_stolen_after_the_lease(app, admin, queue, running, tmp_path):
+    ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(3)])
+    log = str(tmp_path / "killed.log")
+    p = _proc(queue, log, "--concurrency", "1", "--lease", "2", "--sleep", "60")
+    _kill_when(p, lambda: _lines(log, "start"), "the first job to start")
     (victim, tries), = _lines(log, "start")
     assert tries == "1"
     done: list[tuple[str, int]] = []
@@ -396,6 +650,48 @@ def test_sigkill_mid_job_is_stolen_after_the_lease(app, admin, queue, running, t
     wait_until(lambda: not job_rows(admin, queue), 30, "all jobs acked")
     r.stop()
     assert sorted(done) == sorted([(str(i), 2 if str(i) == victim else 1) for i in ids])
+
+
+def test_a_crash_between_the_handler_and_the_ack_runs_the_job_again_once(app, admin, queue,
+                                                                         running, tmp_path):
+    """SIGKILL after the handlers ended, before their acks were sent (they wait
+    for the batch: complete_interval 2 s): each job runs again, once.  (The
+    killed worker's blocking claim, 10 s, must end with it, or it takes a
+    job when the leases run out, and that job runs on try 3.)"""
+    ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(3)])
+    log = str(tmp_path / "crash.log")
+    p = _proc(queue, log, "--concurrency", "3", "--lease", "6", "--complete-interval", "2")
+    _kill_when(p, lambda: len(_lines(log, "done")) == 3, "3 handlers done")
+    rows = job_rows(admin, queue)
+    assert len(rows) == 3 and all(r[4] is not None for r in rows), "acked before the crash"
+    done: list[tuple[str, int]] = []
+    w = pgqueue.Worker(DSN, concurrency=2, wait=2)
+    w.register(queue, lambda job: done.append((str(job.id), job.tries)))
+    r = running(w)
+    wait_until(lambda: not job_rows(admin, queue), 30, "all jobs acked")
+    r.stop()
+    assert sorted(done) == sorted((str(i), 2) for i in ids)
+
+
+def test_a_killed_worker_leaves_no_waiting_claim_behind(app, admin, queue, tmp_path):
+    """SIGKILL while the worker waits for work (a 30 s blocking claim): the
+    server notices within a second or so and ends that claim, which would
+    otherwise take the next job for a worker that is gone (the job would
+    wait out a lease and lose a try)."""
+    name = f"pgqueue orphan test {queue}"
+    log = str(tmp_path / "orphan.log")
+
+    def claims() -> int:
+        return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                             " AND state = 'active' AND query LIKE '%%pgq_claim%%'",
+                             [name]).fetchone()[0]
+
+    p = _proc(queue, log, "--wait", "30", "--app-name", name)
+    _kill_when(p, claims, "the worker's blocking claim")
+    wait_until(lambda: not claims(), 10, "the server to end the dead worker's claim")
+    job_id = pgqueue.push(app, queue)
+    time.sleep(1)
+    assert job_rows(admin, queue) == [(job_id, "scheduled", 0, None, None)]
 
 
 def test_sigterm_lets_running_handlers_finish(app, admin, queue, running, tmp_path):

@@ -1,11 +1,15 @@
 """A worker process for the tests that kill or signal one.
 
     python worker_proc.py DSN QUEUE LOG --concurrency N --lease S --sleep S
-                          [--shutdown-timeout S]
+                          [--shutdown-timeout S] [--complete-interval S] [--wait S]
+                          [--app-name NAME] [--tx-table TABLE]
 
 Runs pgqueue.Worker.run() on QUEUE.  Its handler appends ``start ID TRIES``
 to LOG, sleeps ``--sleep`` seconds, then appends ``done ID``; each line is
-flushed at once, so a test can read what happened before a SIGKILL.
+flushed at once, so a test can read what happened before a SIGKILL.  With
+``--tx-table``, the handler inserts the job's id into TABLE in
+``job.transaction()`` and appends ``written ID`` before its sleep, inside
+the transaction.
 """
 
 import argparse
@@ -27,6 +31,10 @@ def main() -> int:
     p.add_argument("--lease", type=float, default=30)
     p.add_argument("--sleep", type=float, default=0)
     p.add_argument("--shutdown-timeout", type=float, default=30)
+    p.add_argument("--complete-interval", type=float, default=0.005)
+    p.add_argument("--wait", type=float, default=10)
+    p.add_argument("--app-name", default="pgqueue worker")
+    p.add_argument("--tx-table")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(threadName)s %(levelname)s %(message)s")
@@ -38,12 +46,20 @@ def main() -> int:
             os.write(fd, (line + "\n").encode())
 
     worker = pgqueue.Worker(args.dsn, concurrency=args.concurrency, lease=args.lease,
-                            wait=10, shutdown_timeout=args.shutdown_timeout)
+                            wait=args.wait, shutdown_timeout=args.shutdown_timeout,
+                            complete_interval=args.complete_interval,
+                            connect_kwargs={"application_name": args.app_name})
 
     @worker.handler(args.queue)
     def handle(job: pgqueue.Job) -> None:
         note(f"start {job.id} {job.tries}")
-        time.sleep(args.sleep)
+        if args.tx_table:
+            with job.transaction() as conn:
+                conn.execute(f"INSERT INTO {args.tx_table} (job) VALUES (%s)", [job.id])
+                note(f"written {job.id}")
+                time.sleep(args.sleep)
+        else:
+            time.sleep(args.sleep)
         note(f"done {job.id}")
 
     note("ready")
