@@ -62,7 +62,7 @@ export interface Logger {
 }
 
 export interface WorkerOptions {
-  /** Handlers running at once (one connection each). Default 4. */
+  /** Handlers running at once, fed by one claimer (pgq_claim of as many jobs as handlers are free). Default 4. */
   concurrency?: number;
   /** Seconds a claim holds a job; extended every lease/3 while the handler runs. Default 30. */
   lease?: number;
@@ -72,7 +72,7 @@ export interface WorkerOptions {
   shutdownTimeout?: number;
   /** Seconds before a failed job is retried; null: the server's exponential backoff. */
   retryDelay?: number | null;
-  /** lock_key prefix; slot n's key is `${name}:${n}`. Default `${hostname}:${pid}`. */
+  /** lock_key prefix: the worker's key is `${name}:${n}`, n unique in the process. Default `${hostname}:${pid}`. */
   name?: string;
   /** Longest pause between reconnection attempts, seconds. Default 10. */
   reconnectMaxDelay?: number;
@@ -95,6 +95,9 @@ export class Worker {
   run(options?: { signals?: boolean }): Promise<void>;
   /** Stops gracefully; resolves when done. */
   stop(): Promise<void>;
+  /** The lock_key the worker claims with (null before start()). */
+  readonly lockKey: string | null;
+  /** The keys that may hold this worker's jobs: lockKey, and older ones not yet released (after a claim's answer was lost). */
   readonly lockKeys: string[];
   readonly stopping: boolean;
 }

@@ -4,17 +4,22 @@
 // given and never commit: inside the caller's transaction the jobs exist only
 // if it commits.
 //
-// A Worker runs `concurrency` slots, each with its own connection and
-// lock_key (`host:pid:n`): a blocking claim (pgq_claim(..., wait => ...)) of
-// one job of the registered queues, the queue's handler, then pgq_ack when it
-// resolves or pgq_nack with the error when it rejects.  While a handler runs,
-// the job's lease is extended every third of the lease on the slot's
-// connection.  A lost lease (pgq_extend answered NULL) means the result is not
-// acked; a lost connection is made again with exponential backoff and the ack
-// or nack resent (a second ack of an acked job answers false and changes
-// nothing); a claim whose answer was lost is undone with pgq_release.  stop()
-// (SIGTERM/SIGINT under run()) cancels waiting claims, lets running handlers
-// finish for shutdownTimeout seconds, waits for any ack or nack already sent,
+// A Worker runs up to `concurrency` handlers at once under one lock_key
+// (`host:pid:n`).  One claimer, on a connection of its own, claims for all
+// the free handler slots in one pgq_claim(key, free, ..., wait => ...) that
+// blocks while there is no work, and starts a handler for each job it got:
+// it never claims more than it can start.  When a handler resolves the job
+// is acked, when it rejects it is nacked with the error; acks and nacks go
+// out in order on the completer's connection.  While a handler runs, the
+// job's lease is extended every third of the lease.  A lost lease
+// (pgq_extend answered NULL) means the result is not acked; a lost
+// connection is made again with exponential backoff and the ack or nack
+// resent (a second ack of an acked job answers false and changes nothing).
+// A claim whose answer was lost may have taken jobs for the key: the worker
+// goes on under a new key and releases the old one (pgq_release) as soon as
+// the jobs it ran under it are finished.  stop() (SIGTERM/SIGINT under run())
+// cancels the waiting claim, lets running handlers finish for
+// shutdownTimeout seconds, waits for the acks and nacks of what finished,
 // then releases what is still held.
 //
 // No statement is named (so none is prepared on the server) and no session
@@ -33,14 +38,14 @@ const ERROR_MAX_CHARS = 4000;
 const FINISH_WAIT = 10000;
 
 const CLAIM = 'SELECT id, queue, payload, tries, version, lock_timeout'
-  + ' FROM pgq_claim($1, 1, $2::interval, $3::text[], $4::interval)';
+  + ' FROM pgq_claim($1, $2, $3::interval, $4::text[], $5::interval)';
 const EXTEND = 'SELECT pgq_extend($1, $2, $3::interval) AS until';
 const ACK = 'SELECT pgq_ack($1, $2) AS ok';
 const NACK = 'SELECT pgq_nack($1, $2, $3, $4::interval) AS state';
 const RELEASE = 'SELECT pgq_release($1) AS n';
 
-// Slot numbers are unique in the process: two Workers never share a lock_key.
-let nextSlotNumber = 0;
+// Key numbers are unique in the process: two Workers never share a lock_key.
+let nextKeyNumber = 0;
 
 const seconds = (s) => (s == null ? null : `${Number(s)} seconds`);
 
@@ -179,6 +184,58 @@ function cancelStatement(client) {
   });
 }
 
+// One connection of a worker (the claimer's, the completer's), made again
+// with backoff when it is lost.
+class Channel {
+  constructor(worker, name) {
+    this.worker = worker;
+    this.name = name;
+    this.client = null;
+    this.connecting = null;
+    this.backoff = new Backoff(worker.reconnectMaxDelay);
+  }
+
+  get who() { return `worker ${this.worker.name} (${this.name})`; }
+
+  // Takes a connected client (start()'s first connection) as this channel's.
+  adopt(client) {
+    client.removeAllListeners('error');
+    client.on('error', () => { if (this.client === client) this.client = null; });
+    this.client = client;
+  }
+
+  // The client, connected again (after backoff pauses) when it was lost;
+  // null once `signal` aborts.  One connect at a time.
+  async get(signal) {
+    while (!this.client) {
+      if (signal.aborted) return null;
+      if (!this.connecting) {
+        this.connecting = (async () => {
+          const client = new pg.Client(this.worker.connection);
+          client.on('error', () => {});
+          try {
+            await client.connect();
+            if (this.backoff.failures) this.worker.log.info(`${this.who}: connected again`);
+            this.adopt(client);
+          } catch (err) {
+            client.end().catch(() => {});
+            await this.backoff.pause(this.worker.log, this.who, 'cannot connect', err, signal);
+          } finally {
+            this.connecting = null;
+          }
+        })();
+      }
+      await this.connecting;
+    }
+    return this.client;
+  }
+
+  async drop(client = this.client) {
+    if (this.client === client) this.client = null;
+    if (client) await client.end().catch(() => {});
+  }
+}
+
 /**
  * Runs handlers for the jobs of the queues registered with it.
  *
@@ -198,7 +255,7 @@ export class Worker {
     if (!(wait > 0 && wait <= 60)) throw new RangeError('wait must be more than 0 and at most 60 seconds');
     this.connection = typeof connection === 'string' ? { connectionString: connection } : { ...connection };
     this.connection.application_name ??= 'pgqueue worker';
-    this.concurrency = concurrency;
+    this.concurrency = Math.floor(concurrency);
     this.lease = lease;
     this.wait = wait;
     this.shutdownTimeout = shutdownTimeout;
@@ -208,54 +265,63 @@ export class Worker {
     this.startupTimeout = startupTimeout;
     this.log = logger;
     this.handlers = new Map();
-    this.slots = [];
     this.stopping = false;
     this.stopSignal = new AbortController();
     this.fatal = null;
-    this.loops = [];
+    this.started = false;
     this.stopped = null;
+    this.key = null; // the lock_key claims use now
+    this.retired = new Set(); // keys of claims whose answer was lost, to release
+    this.held = new Map(); // id -> job: claimed, its ack or nack not yet answered
+    this.active = new Set(); // the promises of the handlers running
+    this.wakeClaimer = null;
+    this.claimer = new Channel(this, 'claimer');
+    this.claiming = null; // the claimer's client while its claim waits
+    this.claimed = false; // a claim was sent: something may be held
+    this.completer = new Channel(this, 'completer');
+    this.outbox = []; // acks and nacks to send, in order
+    this.sending = null; // the completer's work, while it has some
+    this.abandoned = new AbortController(); // aborted once stop() released what is held
   }
 
   /** Run `handler(job)` (async) for the jobs of `queue`. */
   handle(queue, handler) {
-    if (this.loops.length) throw new Error('register handlers before starting the worker');
+    if (this.started) throw new Error('register handlers before starting the worker');
     this.handlers.set(queue, handler);
     return this;
   }
 
-  /** The lock_keys of this worker's slots (known once started). */
-  get lockKeys() { return this.slots.map((s) => s.lockKey); }
+  /** The lock_key this worker claims with (known once started). */
+  get lockKey() { return this.key; }
+
+  /** The lock_keys that may hold jobs of this worker: lockKey, and older ones not yet released (see above). */
+  get lockKeys() { return this.key == null ? [] : [...this.retired, this.key]; }
 
   /**
    * Starts: connects (retried with backoff for up to startupTimeout seconds)
-   * and checks that pgqueue is installed, then runs the slots.  Returns a
-   * promise that resolves once the slots run, or rejects with a
-   * WorkerSetupError that says what to fix (the worker is then stopped).
-   * Once started, a lost server is waited for (reconnection with backoff).
+   * and checks that pgqueue is installed, then claims.  Returns a promise
+   * that resolves once the worker runs, or rejects with a WorkerSetupError
+   * that says what to fix (the worker is then stopped).  Once started, a
+   * lost server is waited for (reconnection with backoff).
    */
   start() {
     if (this.handlers.size === 0) throw new WorkerSetupError('no handler registered: call handle(queue, fn) first');
-    if (this.loops.length) throw new Error('a Worker runs once; make a new one');
-    for (let i = 0; i < this.concurrency; i++) {
-      const n = nextSlotNumber++;
-      this.slots.push({
-        number: n, lockKey: `${this.name}:${n}`, client: null, state: 'idle', finishing: null,
-        backoff: new Backoff(this.reconnectMaxDelay), abandoned: new AbortController(),
-      });
-    }
-    this.log.info(`worker ${this.name}: ${this.concurrency} slots on queues ${[...this.handlers.keys()].sort().join(', ')}, lease ${this.lease}s`);
+    if (this.started) throw new Error('a Worker runs once; make a new one');
+    this.started = true;
+    this.key = `${this.name}:${nextKeyNumber++}`;
+    this.log.info(`worker ${this.name}: ${this.concurrency} handlers on queues ${[...this.handlers.keys()].sort().join(', ')}, lease ${this.lease}s, lock_key ${this.key}`);
     const ready = this.#checkSetup().catch((err) => {
       const setup = err instanceof WorkerSetupError ? err : new WorkerSetupError(oneLine(err), { cause: err });
       this.#fail(setup);
       throw setup;
     });
     // (handled here: a caller that drops the promise gets the error logged, not an unhandled rejection)
-    const ok = ready.then(() => true, () => false);
-    this.loops = this.slots.map((slot) => ok.then((go) => go && this.#slotLoop(slot)).catch((err) => this.#fail(err)));
+    this.claimLoop = ready.then(() => this.#claimLoop(), () => {}).catch((err) => this.#fail(err));
     return ready;
   }
 
-  // The first connection, within startupTimeout, and the extension's presence.
+  // The first connection, within startupTimeout, and the extension's
+  // presence; the connection becomes the claimer's.
   async #checkSetup() {
     const started = Date.now();
     const deadline = started + this.startupTimeout * 1000;
@@ -279,10 +345,13 @@ export class Worker {
       try {
         const { rows: [r] } = await client.query(CHECK);
         if (!r.found) throw new WorkerSetupError(`worker ${this.name}: ${missingExtension(r.database, r.schema)}`);
-        return;
-      } finally {
+      } catch (err) {
         await client.end().catch(() => {});
+        throw err;
       }
+      if (this.stopping) await client.end().catch(() => {});
+      else this.claimer.adopt(client);
+      return;
     }
   }
 
@@ -315,84 +384,53 @@ export class Worker {
   stop() {
     this.stopping = true;
     this.stopSignal.abort();
+    this.wakeClaimer?.();
     this.stopped ??= this.#shutdown();
     return this.stopped;
   }
 
   async #shutdown() {
     const deadline = Date.now() + this.shutdownTimeout * 1000;
-    const finished = new Set();
-    this.loops.forEach((p, i) => p.then(() => finished.add(i)));
-    // cancel waiting claims, again while one still waits (a cancel that
+    const until = (ms) => sleep(Math.min(ms, Math.max(0, deadline - Date.now())));
+    // cancel the waiting claim, again while it still waits (a cancel that
     // reached the server just before its claim started does nothing)
-    while (finished.size < this.loops.length && Date.now() < deadline) {
-      await Promise.all(this.slots.map((s) => (s.state === 'claiming' && s.client ? cancelStatement(s.client) : null)));
-      await Promise.race([Promise.all(this.loops), sleep(Math.min(200, Math.max(0, deadline - Date.now())))]);
+    let claimerDone = this.claimLoop == null;
+    this.claimLoop?.then(() => { claimerDone = true; });
+    while (!claimerDone && Date.now() < deadline) {
+      if (this.claiming) await cancelStatement(this.claiming);
+      await Promise.race([this.claimLoop, until(200)]);
     }
-    const left = this.slots.filter((_, i) => !finished.has(i));
-    // An ack or nack on its way must land before the release, or the release
-    // commits first and a job whose handler succeeded runs again.  Once
-    // abandoned (aborted with no await after the wait), a slot sends no more.
-    for (const slot of left) {
-      const until = Date.now() + FINISH_WAIT;
-      while (slot.finishing && Date.now() < until) {
-        await Promise.race([slot.finishing.catch(() => {}), sleep(until - Date.now())]);
-      }
-      if (slot.finishing) this.log.error(`worker ${this.name}: ${slot.lockKey}: an ack or nack still unanswered after ${FINISH_WAIT / 1000}s: releasing anyway`);
-      slot.abandoned.abort();
-    }
-    if (left.length) await this.#release(left.map((s) => s.lockKey));
-    await Promise.all(this.slots.map((s) => (left.includes(s) ? null : this.#dropClient(s))));
+    // the running handlers, until the deadline
+    while (this.active.size && Date.now() < deadline) await Promise.race([...this.active, until(deadline - Date.now())]);
+    // An ack or nack of a finished handler must land before the release, or
+    // the release commits first and a job whose handler succeeded runs again.
+    // Once abandoned, the completer sends no more.
+    const sent = Date.now() + FINISH_WAIT;
+    while (this.sending && Date.now() < sent) await Promise.race([this.sending, sleep(sent - Date.now())]);
+    if (this.sending) this.log.error(`worker ${this.name}: an ack or nack still unanswered after ${FINISH_WAIT / 1000}s: releasing anyway`);
+    this.abandoned.abort();
+    if (this.claimed) await this.#release(this.lockKeys);
+    await Promise.all([this.claimer.drop(), this.completer.drop()]);
     this.log.info(`worker ${this.name} stopped`);
   }
 
+  // pgq_release of keys at shutdown, on the claimer's connection (idle now:
+  // the completer's may still wait for an answer); one attempt.
   async #release(keys) {
-    const client = new pg.Client(this.connection);
-    client.on('error', () => {});
+    const give = new AbortController();
+    const timer = setTimeout(() => give.abort(), FINISH_WAIT);
     try {
-      await client.connect();
+      const client = await this.claimer.get(give.signal);
+      if (!client) throw new Error('no connection');
       for (const key of keys) {
-        const { rows } = await client.query(RELEASE, [key]);
-        this.log.warn(`worker ${this.name}: handler still running at shutdown: released ${rows[0].n} job(s) of ${key}`);
+        const { rows: [{ n }] } = await client.query(RELEASE, [key]);
+        if (n > 0) this.log.warn(`worker ${this.name}: handler still running at shutdown: released ${n} job(s) of ${key}`);
       }
     } catch (err) {
       this.log.error(`worker ${this.name}: could not release ${keys.join(', ')} at shutdown (their leases will run out instead): ${oneLine(err)}`);
     } finally {
-      await client.end().catch(() => {});
+      clearTimeout(timer);
     }
-  }
-
-  // -- connections --------------------------------------------------------
-
-  // The slot's client, connected again (after backoff pauses) when it was
-  // lost; null once `signal` aborts.  One connect at a time per slot.
-  async #slotClient(slot, signal) {
-    while (!slot.client) {
-      if (signal.aborted) return null;
-      if (!slot.connecting) {
-        slot.connecting = (async () => {
-          const client = new pg.Client(this.connection);
-          client.on('error', () => { if (slot.client === client) slot.client = null; });
-          try {
-            await client.connect();
-            if (slot.backoff.failures) this.log.info(`${slot.lockKey}: connected again`);
-            slot.client = client;
-          } catch (err) {
-            client.end().catch(() => {});
-            await slot.backoff.pause(this.log, slot.lockKey, 'cannot connect', err, signal);
-          } finally {
-            slot.connecting = null;
-          }
-        })();
-      }
-      await slot.connecting;
-    }
-    return slot.client;
-  }
-
-  async #dropClient(slot, client = slot.client) {
-    if (slot.client === client) slot.client = null;
-    if (client) await client.end().catch(() => {});
   }
 
   #fail(err) {
@@ -403,30 +441,25 @@ export class Worker {
     this.stop();
   }
 
-  // -- one slot ------------------------------------------------------------
+  // -- the claimer ---------------------------------------------------------
 
-  async #slotLoop(slot) {
+  async #claimLoop() {
     const queues = [...this.handlers.keys()].sort();
-    let claimLost = false;
+    const { claimer } = this;
     while (!this.stopping) {
-      const client = await this.#slotClient(slot, this.stopSignal.signal);
-      if (!client) break;
-      let row;
+      const free = this.concurrency - this.active.size;
+      if (free <= 0) {
+        await new Promise((resolve) => { this.wakeClaimer = resolve; });
+        this.wakeClaimer = null;
+        continue;
+      }
+      const client = await claimer.get(this.stopSignal.signal);
+      if (!client || this.stopping) break;
+      let rows;
+      this.claiming = client;
+      this.claimed = true;
       try {
-        if (claimLost) {
-          // the last claim's answer never came: it may have taken a job for
-          // this key; give any such job back at once
-          const { rows } = await client.query(RELEASE, [slot.lockKey]);
-          if (rows[0].n > 0) this.log.info(`${slot.lockKey}: released ${rows[0].n} job(s) claimed before the connection was lost`);
-          claimLost = false;
-        }
-        if (this.stopping) break;
-        slot.state = 'claiming';
-        try {
-          ({ rows: [row] } = await client.query(CLAIM, [slot.lockKey, seconds(this.lease), queues, seconds(this.wait)]));
-        } finally {
-          slot.state = 'idle';
-        }
+        ({ rows } = await client.query(CLAIM, [this.key, free, seconds(this.lease), queues, seconds(this.wait)]));
       } catch (err) {
         if (err.code === '57014') continue; // stop() cancelled the waiting claim
         if (SETUP_ERRORS.has(err.code)) {
@@ -434,31 +467,49 @@ export class Worker {
             : new WorkerSetupError(`${missingExtension(client.database)}: ${err.message}`, { cause: err }));
           break;
         }
-        if (isConnectionError(err)) {
-          await this.#dropClient(slot, client);
-          claimLost = true;
+        const lost = isConnectionError(err);
+        if (lost) {
+          await claimer.drop(client);
+          this.#newKey();
         }
-        await slot.backoff.pause(this.log, slot.lockKey, claimLost ? 'connection lost while claiming' : 'claim failed', err, this.stopSignal.signal);
+        await claimer.backoff.pause(this.log, claimer.who, lost ? 'connection lost while claiming' : 'claim failed', err, this.stopSignal.signal);
         continue;
-      }
-      slot.backoff.reset();
-      if (!row) continue;
-      const job = {
-        id: row.id, queue: row.queue, payload: row.payload, tries: row.tries,
-        version: row.version, lockTimeout: row.lock_timeout, lockKey: slot.lockKey, leaseLost: false,
-      };
-      slot.state = 'running';
-      try {
-        await this.#runJob(slot, job);
       } finally {
-        slot.state = 'idle';
+        this.claiming = null;
       }
+      claimer.backoff.reset();
+      for (const row of rows) this.#startJob(row);
     }
   }
 
-  async #runJob(slot, job) {
+  // The last claim's answer never came: it may have taken jobs for the key.
+  // Claims go on under a new key; the old one is released (pgq_release)
+  // once the jobs known to hold it are finished.
+  #newKey() {
+    const old = this.key;
+    this.key = `${this.name}:${nextKeyNumber++}`;
+    this.retired.add(old);
+    this.log.warn(`worker ${this.name}: a claim's answer was lost: claiming as ${this.key} now, ${old} is released once its jobs are done`);
+    this.#post({ release: old });
+  }
+
+  #startJob(row) {
+    const job = {
+      id: row.id, queue: row.queue, payload: row.payload, tries: row.tries,
+      version: row.version, lockTimeout: row.lock_timeout, lockKey: this.key, leaseLost: false,
+    };
+    this.held.set(job.id, job);
+    const run = this.#runJob(job).catch((err) => this.log.error(`${job.lockKey}: job ${job.id}: ${oneLine(err)}`));
+    this.active.add(run);
+    run.finally(() => {
+      this.active.delete(run);
+      this.wakeClaimer?.();
+    });
+  }
+
+  async #runJob(job) {
     const handler = this.handlers.get(job.queue);
-    const beat = setInterval(() => this.#extend(slot, job), (this.lease / 3) * 1000);
+    const beat = setInterval(() => this.#extend(job), (this.lease / 3) * 1000);
     let error = null;
     let retryIn = this.retryDelay;
     try {
@@ -469,30 +520,33 @@ export class Worker {
         retryIn = err.delay;
       } else {
         error = formatError(err);
-        this.log.warn(`${slot.lockKey}: job ${job.id} of ${job.queue} failed on try ${job.tries}: ${err?.name}: ${err?.message}`);
+        this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed on try ${job.tries}: ${err?.name}: ${err?.message}`);
       }
     } finally {
       clearInterval(beat);
       await job.extending;
     }
-    if (slot.abandoned.signal.aborted) {
-      this.log.warn(`${slot.lockKey}: job ${job.id} finished after shutdown released it: result dropped`);
+    if (this.abandoned.signal.aborted) {
+      this.log.warn(`${job.lockKey}: job ${job.id} finished after shutdown released it: result dropped`);
+      this.#forget(job);
       return;
     }
     if (job.leaseLost) {
-      this.log.error(`${slot.lockKey}: lease of job ${job.id} was lost while its handler ran: result not ${error == null ? 'acked' : 'nacked'}`);
+      this.log.error(`${job.lockKey}: lease of job ${job.id} was lost while its handler ran: result not ${error == null ? 'acked' : 'nacked'}`);
+      this.#forget(job);
       return;
     }
-    await this.#finish(slot, job, error, retryIn);
+    this.#post({ job, error, retryIn });
   }
 
-  // One extension of the job's lease on the slot's connection (idle while the
-  // handler runs); a lost connection is made again by the next beat.
-  #extend(slot, job) {
+  // One extension of the job's lease on the completer's connection; a lost
+  // connection is made again by the next beat.
+  #extend(job) {
     if (job.extending || job.leaseLost) return;
     job.extending = (async () => {
+      let client;
       try {
-        const client = await this.#slotClient(slot, slot.abandoned.signal);
+        client = await this.completer.get(this.abandoned.signal);
         if (!client) return;
         const { rows } = await client.query(EXTEND, [job.id, job.lockKey, seconds(this.lease)]);
         if (rows[0].until == null) {
@@ -503,50 +557,93 @@ export class Worker {
         }
       } catch (err) {
         this.log.warn(`${job.lockKey}: extending job ${job.id} failed, next beat tries again: ${oneLine(err)}`);
-        if (isConnectionError(err)) await this.#dropClient(slot);
+        if (isConnectionError(err)) await this.completer.drop(client);
       } finally {
         job.extending = null;
       }
     })();
   }
 
-  // Ack (error null) or nack the job, resent across lost connections.
-  async #finish(slot, job, error, retryIn) {
-    let resent = false;
-    for (;;) {
-      const client = await this.#slotClient(slot, slot.abandoned.signal);
+  // -- the completer -------------------------------------------------------
+
+  // The job is no longer held by this worker (answered, lost or dropped);
+  // a retired key that held it may be released now.
+  #forget(job) {
+    this.held.delete(job.id);
+    if (job.lockKey !== this.key && this.retired.has(job.lockKey)) this.#post({ release: job.lockKey });
+  }
+
+  // Queues an ack ({job}), a nack ({job, error, retryIn}) or the release of a
+  // retired key ({release}); the completer sends them in order.
+  #post(item) {
+    this.outbox.push(item);
+    this.sending ??= this.#send().finally(() => { this.sending = null; });
+  }
+
+  async #send() {
+    while (this.outbox.length && !this.abandoned.signal.aborted) {
+      const item = this.outbox.shift();
+      if (item.release != null) await this.#releaseRetired(item.release);
+      else await this.#finish(item.job, item.error, item.retryIn);
+    }
+  }
+
+  // pgq_release of a retired key once no job it holds is still known here.
+  async #releaseRetired(key) {
+    if (!this.retired.has(key)) return;
+    for (const job of this.held.values()) if (job.lockKey === key) return;
+    let client;
+    try {
+      client = await this.completer.get(this.abandoned.signal);
       if (!client) return;
-      if (slot.abandoned.signal.aborted) { // stop() released the job meanwhile
-        this.log.warn(`${slot.lockKey}: job ${job.id} released at shutdown before its ${error == null ? 'ack' : 'nack'} was sent`);
-        return;
-      }
-      // what stop() waits for before it releases (sent at once)
-      slot.finishing = (async () => (error == null ? client.query(ACK, [job.id, slot.lockKey])
-        : client.query(NACK, [job.id, slot.lockKey, error, seconds(retryIn)])))();
-      try {
-        const { rows } = await slot.finishing.finally(() => { slot.finishing = null; });
-        if (error == null) {
-          if (!rows[0].ok) {
-            const why = resent ? 'the ack sent before the connection was lost committed'
-              : 'the job is no longer held (lease lost)';
-            this.log[resent ? 'info' : 'error'](`${slot.lockKey}: ack of job ${job.id} answered false: ${why}`);
-          }
-        } else {
-          if (rows[0].state == null && !resent) this.log.error(`${slot.lockKey}: nack of job ${job.id}: the job is no longer held`);
-          else if (rows[0].state === 'failed') this.log.warn(`${slot.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
-        }
-        slot.backoff.reset();
-        return;
-      } catch (err) {
-        if (err.code === '57014') { resent = true; continue; } // a stray cancel: rolled back
-        if (!isConnectionError(err)) {
-          this.log.error(`${slot.lockKey}: could not finish job ${job.id} (its lease will run out): ${oneLine(err)}`);
+      const { rows: [{ n }] } = await client.query(RELEASE, [key]);
+      this.retired.delete(key);
+      this.log.info(`worker ${this.name}: released ${n} job(s) of ${key}, claimed before a connection was lost`);
+    } catch (err) {
+      this.log.warn(`worker ${this.name}: releasing ${key} failed (tried again at shutdown): ${oneLine(err)}`);
+      if (isConnectionError(err)) await this.completer.drop(client);
+    }
+  }
+
+  // Ack (error null) or nack the job, resent across lost connections.
+  async #finish(job, error, retryIn) {
+    let resent = false;
+    const { completer } = this;
+    try {
+      for (;;) {
+        const client = await completer.get(this.abandoned.signal);
+        if (!client) { // stop() released the job meanwhile
+          this.log.warn(`${job.lockKey}: job ${job.id} released at shutdown before its ${error == null ? 'ack' : 'nack'} was sent`);
           return;
         }
-        resent = true;
-        await this.#dropClient(slot, client);
-        await slot.backoff.pause(this.log, slot.lockKey, `connection lost finishing job ${job.id}`, err, slot.abandoned.signal);
+        try {
+          const { rows } = await (error == null ? client.query(ACK, [job.id, job.lockKey])
+            : client.query(NACK, [job.id, job.lockKey, error, seconds(retryIn)]));
+          if (error == null) {
+            if (!rows[0].ok) {
+              const why = resent ? 'the ack sent before the connection was lost committed'
+                : 'the job is no longer held (lease lost)';
+              this.log[resent ? 'info' : 'error'](`${job.lockKey}: ack of job ${job.id} answered false: ${why}`);
+            }
+          } else {
+            if (rows[0].state == null && !resent) this.log.error(`${job.lockKey}: nack of job ${job.id}: the job is no longer held`);
+            else if (rows[0].state === 'failed') this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
+          }
+          completer.backoff.reset();
+          return;
+        } catch (err) {
+          if (err.code === '57014') { resent = true; continue; } // a stray cancel: rolled back
+          if (!isConnectionError(err)) {
+            this.log.error(`${job.lockKey}: could not finish job ${job.id} (its lease will run out): ${oneLine(err)}`);
+            return;
+          }
+          resent = true;
+          await completer.drop(client);
+          await completer.backoff.pause(this.log, completer.who, `connection lost finishing job ${job.id}`, err, this.abandoned.signal);
+        }
       }
+    } finally {
+      this.#forget(job);
     }
   }
 }
