@@ -78,6 +78,10 @@ export interface WorkerOptions {
   reconnectMaxDelay?: number;
   /** Seconds start() tries to connect (with backoff) before it rejects with WorkerSetupError. Default 30. */
   startupTimeout?: number;
+  /** Seconds an ack waits for others to go in the same pgq_ack_batch (0: none). Default 0.005. */
+  completeInterval?: number;
+  /** Acks waiting that are sent at once, without waiting for completeInterval; also the most in one statement. Default 100. */
+  completeBatch?: number;
   /** Where log lines go; default: stderr (info and above). */
   logger?: Logger;
 }

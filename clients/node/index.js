@@ -5,21 +5,23 @@
 // if it commits.
 //
 // A Worker runs up to `concurrency` handlers at once under one lock_key
-// (`host:pid:n`).  One claimer, on a connection of its own, claims for all
-// the free handler slots in one pgq_claim(key, free, ..., wait => ...) that
-// blocks while there is no work, and starts a handler for each job it got:
-// it never claims more than it can start.  When a handler resolves the job
-// is acked, when it rejects it is nacked with the error; acks and nacks go
-// out in order on the completer's connection.  While a handler runs, the
-// job's lease is extended every third of the lease.  A lost lease
-// (pgq_extend answered NULL) means the result is not acked; a lost
-// connection is made again with exponential backoff and the ack or nack
-// resent (a second ack of an acked job answers false and changes nothing).
-// A claim whose answer was lost may have taken jobs for the key: the worker
-// goes on under a new key and releases the old one (pgq_release) as soon as
-// the jobs it ran under it are finished.  stop() (SIGTERM/SIGINT under run())
-// cancels the waiting claim, lets running handlers finish for
-// shutdownTimeout seconds, waits for the acks and nacks of what finished,
+// (`host:pid:n`), on three connections.  The claimer claims for all the free
+// handlers in one pgq_claim(key, free, ..., wait => ...) that blocks while
+// there is no work, and starts a handler for each job it got: it never
+// claims more than it can start.  The completer acks the jobs whose handler
+// resolved in batches (pgq_ack_batch, every completeInterval or
+// completeBatch jobs; a batch that acked fewer than it was given is rolled
+// back and acked job by job, to learn which lease was lost) and nacks those
+// whose handler rejected.  The heartbeat extends the leases of all the jobs
+// held in one statement every lease/6.  A lost lease (pgq_extend answered
+// NULL, or the ack false) means the result is not acked; a lost connection is
+// made again with exponential backoff and the ack or nack resent (a second
+// ack of an acked job answers false and changes nothing).  A claim whose
+// answer was lost may have taken jobs for the key: the worker goes on under
+// a new key and releases the old one (pgq_release) as soon as the jobs it
+// ran under it are finished.  stop() (SIGTERM/SIGINT under run()) cancels
+// the waiting claim, lets running handlers finish for shutdownTimeout
+// seconds, sends the acks and nacks of what finished and waits for them,
 // then releases what is still held.
 //
 // No statement is named (so none is prepared on the server) and no session
@@ -39,10 +41,25 @@ const FINISH_WAIT = 10000;
 
 const CLAIM = 'SELECT id, queue, payload, tries, version, lock_timeout'
   + ' FROM pgq_claim($1, $2, $3::interval, $4::text[], $5::interval)';
-const EXTEND = 'SELECT pgq_extend($1, $2, $3::interval) AS until';
-const ACK = 'SELECT pgq_ack($1, $2) AS ok';
+// The leases of many jobs in one statement; lock_timeout ($4, ms) bounds its
+// wait for a row that another transaction holds (local to the statement's
+// transaction: PgBouncer-safe), so that the jobs can be extended one by one.
+const EXTEND = "SELECT u.id, CASE WHEN set_config('lock_timeout', $4, true) IS NOT NULL"
+  + ' THEN pgq_extend(u.id, $2, $3::interval) END AS until FROM unnest($1::uuid[]) AS u(id)';
+// pgq_ack_batch answers how many of the jobs it acked.  When that is fewer
+// than it was given, the statement fails (with this text in the server's
+// log), which rolls the acks back, and ACK_EACH says which job was not held.
+const ACK_BATCH = 'SELECT CASE WHEN a.n = cardinality($1::uuid[]) THEN a.n'
+  + " ELSE ('pgqueue worker: ' || (cardinality($1::uuid[]) - a.n) || ' of the batch no longer held by '"
+  + " || $2::text || ', acking one by one')::int END AS n FROM (SELECT pgq_ack_batch($1::uuid[], $2::text) AS n OFFSET 0) a";
+const ACK_EACH = 'SELECT u.id, pgq_ack(u.id, $2) AS ok FROM unnest($1::uuid[]) AS u(id)';
 const NACK = 'SELECT pgq_nack($1, $2, $3, $4::interval) AS state';
 const RELEASE = 'SELECT pgq_release($1) AS n';
+
+// Private marks on a job: when its lease was last extended (or claimed), and
+// whether its ack or nack was sent.
+const EXTENDED = Symbol('extended');
+const SENT = Symbol('sent');
 
 // Key numbers are unique in the process: two Workers never share a lock_key.
 let nextKeyNumber = 0;
@@ -248,11 +265,13 @@ export class Worker {
     const {
       concurrency = 4, lease = 30, wait = 10, shutdownTimeout = 30, retryDelay = null,
       name = `${os.hostname()}:${process.pid}`, reconnectMaxDelay = 10, logger = defaultLogger,
-      startupTimeout = 30,
+      startupTimeout = 30, completeInterval = 0.005, completeBatch = 100,
     } = options;
     if (!(concurrency >= 1)) throw new RangeError('concurrency must be at least 1');
     if (!(lease > 0 && lease <= 7 * 86400)) throw new RangeError('lease must be between 0 and 7 days (seconds)');
     if (!(wait > 0 && wait <= 60)) throw new RangeError('wait must be more than 0 and at most 60 seconds');
+    if (!(completeInterval >= 0 && completeInterval <= 60)) throw new RangeError('completeInterval must be between 0 and 60 seconds');
+    if (!(completeBatch >= 1 && completeBatch <= BATCH_LIMIT)) throw new RangeError(`completeBatch must be between 1 and ${BATCH_LIMIT}`);
     this.connection = typeof connection === 'string' ? { connectionString: connection } : { ...connection };
     this.connection.application_name ??= 'pgqueue worker';
     this.concurrency = Math.floor(concurrency);
@@ -263,6 +282,8 @@ export class Worker {
     this.name = name;
     this.reconnectMaxDelay = reconnectMaxDelay;
     this.startupTimeout = startupTimeout;
+    this.completeInterval = completeInterval;
+    this.completeBatch = Math.floor(completeBatch);
     this.log = logger;
     this.handlers = new Map();
     this.stopping = false;
@@ -279,8 +300,12 @@ export class Worker {
     this.claiming = null; // the claimer's client while its claim waits
     this.claimed = false; // a claim was sent: something may be held
     this.completer = new Channel(this, 'completer');
-    this.outbox = []; // acks and nacks to send, in order
+    this.outbox = []; // acks, nacks and releases to send
+    this.flushTimer = null; // the completer's next flush, while acks wait
     this.sending = null; // the completer's work, while it has some
+    this.heart = new Channel(this, 'heartbeat');
+    this.beat = null; // the heartbeat's interval timer
+    this.beating = null; // its statement, while one is on its way
     this.abandoned = new AbortController(); // aborted once stop() released what is held
   }
 
@@ -317,6 +342,7 @@ export class Worker {
     });
     // (handled here: a caller that drops the promise gets the error logged, not an unhandled rejection)
     this.claimLoop = ready.then(() => this.#claimLoop(), () => {}).catch((err) => this.#fail(err));
+    this.beat = setInterval(() => this.#heartbeat(), (this.lease / 6) * 1000);
     return ready;
   }
 
@@ -402,15 +428,17 @@ export class Worker {
     }
     // the running handlers, until the deadline
     while (this.active.size && Date.now() < deadline) await Promise.race([...this.active, until(deadline - Date.now())]);
-    // An ack or nack of a finished handler must land before the release, or
-    // the release commits first and a job whose handler succeeded runs again.
-    // Once abandoned, the completer sends no more.
+    // The acks and nacks of the finished handlers, sent now, must land before
+    // the release, or the release commits first and a job whose handler
+    // succeeded runs again.  Once abandoned, the completer sends no more.
+    this.#flush();
     const sent = Date.now() + FINISH_WAIT;
     while (this.sending && Date.now() < sent) await Promise.race([this.sending, sleep(sent - Date.now())]);
-    if (this.sending) this.log.error(`worker ${this.name}: an ack or nack still unanswered after ${FINISH_WAIT / 1000}s: releasing anyway`);
+    if (this.sending) this.log.error(`worker ${this.name}: acks or nacks still unanswered after ${FINISH_WAIT / 1000}s: releasing anyway`);
     this.abandoned.abort();
+    clearInterval(this.beat);
     if (this.claimed) await this.#release(this.lockKeys);
-    await Promise.all([this.claimer.drop(), this.completer.drop()]);
+    await Promise.all([this.claimer.drop(), this.completer.drop(), this.heart.drop()]);
     this.log.info(`worker ${this.name} stopped`);
   }
 
@@ -447,7 +475,9 @@ export class Worker {
     const queues = [...this.handlers.keys()].sort();
     const { claimer } = this;
     while (!this.stopping) {
-      const free = this.concurrency - this.active.size;
+      // free handlers; and no more than completeBatch jobs waiting for their ack
+      const free = Math.min(this.concurrency - this.active.size,
+        this.concurrency + this.completeBatch - this.held.size);
       if (free <= 0) {
         await new Promise((resolve) => { this.wakeClaimer = resolve; });
         this.wakeClaimer = null;
@@ -498,6 +528,7 @@ export class Worker {
       id: row.id, queue: row.queue, payload: row.payload, tries: row.tries,
       version: row.version, lockTimeout: row.lock_timeout, lockKey: this.key, leaseLost: false,
     };
+    job[EXTENDED] = Date.now();
     this.held.set(job.id, job);
     const run = this.#runJob(job).catch((err) => this.log.error(`${job.lockKey}: job ${job.id}: ${oneLine(err)}`));
     this.active.add(run);
@@ -509,7 +540,6 @@ export class Worker {
 
   async #runJob(job) {
     const handler = this.handlers.get(job.queue);
-    const beat = setInterval(() => this.#extend(job), (this.lease / 3) * 1000);
     let error = null;
     let retryIn = this.retryDelay;
     try {
@@ -522,9 +552,6 @@ export class Worker {
         error = formatError(err);
         this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed on try ${job.tries}: ${err?.name}: ${err?.message}`);
       }
-    } finally {
-      clearInterval(beat);
-      await job.extending;
     }
     if (this.abandoned.signal.aborted) {
       this.log.warn(`${job.lockKey}: job ${job.id} finished after shutdown released it: result dropped`);
@@ -536,55 +563,193 @@ export class Worker {
       this.#forget(job);
       return;
     }
-    this.#post({ job, error, retryIn });
+    if (error == null) this.#post({ ack: job });
+    else this.#post({ nack: job, error, retryIn });
   }
 
-  // One extension of the job's lease on the completer's connection; a lost
-  // connection is made again by the next beat.
-  #extend(job) {
-    if (job.extending || job.leaseLost) return;
-    job.extending = (async () => {
-      let client;
-      try {
-        client = await this.completer.get(this.abandoned.signal);
-        if (!client) return;
-        const { rows } = await client.query(EXTEND, [job.id, job.lockKey, seconds(this.lease)]);
-        if (rows[0].until == null) {
-          job.leaseLost = true;
-          this.log.error(`${job.lockKey}: lease of job ${job.id} lost (pgq_extend answered NULL): its result will not be acked`);
-        } else {
-          job.lockTimeout = rows[0].until;
+  // -- the heartbeat -------------------------------------------------------
+
+  // Every lease/6: one statement extends the leases of the jobs held (their
+  // handler runs, or their ack waits) last extended lease/3 ago or more.
+  #heartbeat() {
+    if (this.beating || this.abandoned.signal.aborted) return;
+    const due = Date.now() - (this.lease / 3) * 1000;
+    const jobs = [...this.held.values()].filter((j) => !j.leaseLost && !j[SENT] && j[EXTENDED] <= due);
+    if (!jobs.length) return;
+    this.beating = this.#extend(jobs).finally(() => { this.beating = null; });
+  }
+
+  async #extend(jobs) {
+    const { heart } = this;
+    const wait = String(Math.round(Math.min(this.lease / 6, 10) * 1000));
+    let client;
+    try {
+      client = await heart.get(this.abandoned.signal);
+      if (!client) return;
+      for (const [key, group] of byKey(jobs)) {
+        let rows;
+        try {
+          ({ rows } = await client.query(EXTEND, [group.map((j) => j.id), key, seconds(this.lease), wait]));
+        } catch (err) {
+          if (err.code !== '55P03' || group.length === 1) throw err;
+          // a row held by another transaction: the others one by one
+          rows = [];
+          for (const job of group) {
+            try {
+              rows.push(...(await client.query(EXTEND, [[job.id], key, seconds(this.lease), wait])).rows);
+            } catch (e) {
+              if (e.code !== '55P03') throw e;
+              this.log.warn(`${key}: extending job ${job.id} waited too long for its row, next beat tries again: ${oneLine(e)}`);
+            }
+          }
         }
-      } catch (err) {
-        this.log.warn(`${job.lockKey}: extending job ${job.id} failed, next beat tries again: ${oneLine(err)}`);
-        if (isConnectionError(err)) await this.completer.drop(client);
-      } finally {
-        job.extending = null;
+        const now = Date.now();
+        for (const { id, until } of rows) {
+          const job = this.held.get(id);
+          if (!job || job[SENT]) continue; // its ack or nack answers for it
+          if (until == null) this.#leaseLost(job, 'pgq_extend answered NULL');
+          else { job.lockTimeout = until; job[EXTENDED] = now; }
+        }
       }
-    })();
+      heart.backoff.reset();
+    } catch (err) {
+      this.log.warn(`worker ${this.name}: extending ${jobs.length} job(s) failed, next beat tries again: ${oneLine(err)}`);
+      if (isConnectionError(err)) await heart.drop(client);
+    }
   }
 
-  // -- the completer -------------------------------------------------------
+  #leaseLost(job, why) {
+    if (job.leaseLost) return;
+    job.leaseLost = true;
+    this.log.error(`${job.lockKey}: lease of job ${job.id} lost (${why}): its result is not acked`);
+  }
+
+  // -- the completer -----------------------------------------------------
 
   // The job is no longer held by this worker (answered, lost or dropped);
   // a retired key that held it may be released now.
   #forget(job) {
     this.held.delete(job.id);
+    this.wakeClaimer?.();
     if (job.lockKey !== this.key && this.retired.has(job.lockKey)) this.#post({ release: job.lockKey });
   }
 
-  // Queues an ack ({job}), a nack ({job, error, retryIn}) or the release of a
-  // retired key ({release}); the completer sends them in order.
+  // Queues an ack ({ack: job}), a nack ({nack: job, error, retryIn}) or the
+  // release of a retired key ({release}).  Acks wait completeInterval for
+  // others (or until completeBatch wait), the rest goes at once.
   #post(item) {
     this.outbox.push(item);
+    if (item.ack == null || this.outbox.length >= this.completeBatch) this.#flush();
+    else this.flushTimer ??= setTimeout(() => this.#flush(), this.completeInterval * 1000);
+  }
+
+  // Sends what the outbox holds now (and what comes meanwhile).
+  #flush() {
+    clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    if (!this.outbox.length) return;
     this.sending ??= this.#send().finally(() => { this.sending = null; });
   }
 
+  // Acks in batches (one statement per key and completeBatch jobs), then
+  // nacks one by one, then releases, until the outbox is empty.
   async #send() {
     while (this.outbox.length && !this.abandoned.signal.aborted) {
-      const item = this.outbox.shift();
-      if (item.release != null) await this.#releaseRetired(item.release);
-      else await this.#finish(item.job, item.error, item.retryIn);
+      const items = this.outbox.splice(0);
+      clearTimeout(this.flushTimer);
+      this.flushTimer = null;
+      const acks = [];
+      for (const { ack } of items) {
+        if (ack == null) continue;
+        if (ack.leaseLost) { // found lost by the heartbeat since its handler ended
+          this.log.error(`${ack.lockKey}: job ${ack.id} not acked: its lease was lost`);
+          this.#forget(ack);
+        } else {
+          ack[SENT] = true;
+          acks.push(ack);
+        }
+      }
+      for (const [key, group] of byKey(acks)) {
+        for (let i = 0; i < group.length; i += this.completeBatch) await this.#ack(key, group.slice(i, i + this.completeBatch));
+      }
+      for (const item of items) {
+        if (item.nack != null) await this.#nack(item.nack, item.error, item.retryIn);
+        else if (item.release != null) await this.#releaseRetired(item.release);
+      }
+    }
+  }
+
+  // Runs the statement on the completer's connection, made again and the
+  // statement resent after a lost connection (or a stray cancel: rolled
+  // back); {rows, resent}, or null once stop() released the jobs.
+  async #resend(what, text, values) {
+    const { completer } = this;
+    let resent = false;
+    for (;;) {
+      const client = await completer.get(this.abandoned.signal);
+      if (!client) return null;
+      try {
+        const { rows } = await client.query(text, values);
+        completer.backoff.reset();
+        return { rows, resent };
+      } catch (err) {
+        if (err.code !== '57014' && !isConnectionError(err)) throw err;
+        resent = true;
+        if (err.code === '57014') continue;
+        await completer.drop(client);
+        await completer.backoff.pause(this.log, completer.who, `connection lost ${what}`, err, this.abandoned.signal);
+      }
+    }
+  }
+
+  // pgq_ack_batch of jobs held by key; when it acked fewer, ACK_EACH says
+  // which were no longer held: their leases were lost.
+  async #ack(key, jobs) {
+    const ids = jobs.map((j) => j.id);
+    const what = `acking ${jobs.length} job(s)`;
+    try {
+      let answer;
+      try {
+        answer = await this.#resend(what, ACK_BATCH, [ids, key]);
+      } catch (err) {
+        if (!(err.code === '22P02' && /no longer held/.test(err.message))) {
+          this.log.warn(`${key}: ${what} in one statement failed, acking one by one: ${oneLine(err)}`);
+        }
+        answer = await this.#resend(what, ACK_EACH, [ids, key]);
+      }
+      if (answer == null) {
+        this.log.warn(`${key}: ${jobs.length} job(s) released at shutdown before their ack was answered`);
+        return;
+      }
+      if (answer.rows.length === 1 && answer.rows[0].n != null) return; // all acked
+      for (const { id, ok } of answer.rows) {
+        if (ok) continue;
+        const job = this.held.get(id);
+        if (answer.resent) this.log.info(`${key}: ack of job ${id} answered false: the ack sent before the connection was lost committed`);
+        else if (job) this.#leaseLost(job, 'its ack answered false: another worker took it, or it was cancelled');
+      }
+    } catch (err) {
+      this.log.error(`${key}: could not ack ${jobs.length} job(s) (their leases will run out): ${oneLine(err)}`);
+    } finally {
+      for (const job of jobs) this.#forget(job);
+    }
+  }
+
+  async #nack(job, error, retryIn) {
+    job[SENT] = true;
+    try {
+      const answer = await this.#resend(`nacking job ${job.id}`, NACK, [job.id, job.lockKey, error, seconds(retryIn)]);
+      if (answer == null) {
+        this.log.warn(`${job.lockKey}: job ${job.id} released at shutdown before its nack was answered`);
+      } else if (answer.rows[0].state == null && !answer.resent) {
+        this.log.error(`${job.lockKey}: nack of job ${job.id}: the job is no longer held`);
+      } else if (answer.rows[0].state === 'failed') {
+        this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
+      }
+    } catch (err) {
+      this.log.error(`${job.lockKey}: could not nack job ${job.id} (its lease will run out): ${oneLine(err)}`);
+    } finally {
+      this.#forget(job);
     }
   }
 
@@ -592,58 +757,23 @@ export class Worker {
   async #releaseRetired(key) {
     if (!this.retired.has(key)) return;
     for (const job of this.held.values()) if (job.lockKey === key) return;
-    let client;
     try {
-      client = await this.completer.get(this.abandoned.signal);
-      if (!client) return;
-      const { rows: [{ n }] } = await client.query(RELEASE, [key]);
+      const answer = await this.#resend(`releasing ${key}`, RELEASE, [key]);
+      if (answer == null) return;
       this.retired.delete(key);
-      this.log.info(`worker ${this.name}: released ${n} job(s) of ${key}, claimed before a connection was lost`);
+      this.log.info(`worker ${this.name}: released ${answer.rows[0].n} job(s) of ${key}, claimed before a connection was lost`);
     } catch (err) {
       this.log.warn(`worker ${this.name}: releasing ${key} failed (tried again at shutdown): ${oneLine(err)}`);
-      if (isConnectionError(err)) await this.completer.drop(client);
     }
   }
+}
 
-  // Ack (error null) or nack the job, resent across lost connections.
-  async #finish(job, error, retryIn) {
-    let resent = false;
-    const { completer } = this;
-    try {
-      for (;;) {
-        const client = await completer.get(this.abandoned.signal);
-        if (!client) { // stop() released the job meanwhile
-          this.log.warn(`${job.lockKey}: job ${job.id} released at shutdown before its ${error == null ? 'ack' : 'nack'} was sent`);
-          return;
-        }
-        try {
-          const { rows } = await (error == null ? client.query(ACK, [job.id, job.lockKey])
-            : client.query(NACK, [job.id, job.lockKey, error, seconds(retryIn)]));
-          if (error == null) {
-            if (!rows[0].ok) {
-              const why = resent ? 'the ack sent before the connection was lost committed'
-                : 'the job is no longer held (lease lost)';
-              this.log[resent ? 'info' : 'error'](`${job.lockKey}: ack of job ${job.id} answered false: ${why}`);
-            }
-          } else {
-            if (rows[0].state == null && !resent) this.log.error(`${job.lockKey}: nack of job ${job.id}: the job is no longer held`);
-            else if (rows[0].state === 'failed') this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
-          }
-          completer.backoff.reset();
-          return;
-        } catch (err) {
-          if (err.code === '57014') { resent = true; continue; } // a stray cancel: rolled back
-          if (!isConnectionError(err)) {
-            this.log.error(`${job.lockKey}: could not finish job ${job.id} (its lease will run out): ${oneLine(err)}`);
-            return;
-          }
-          resent = true;
-          await completer.drop(client);
-          await completer.backoff.pause(this.log, completer.who, `connection lost finishing job ${job.id}`, err, this.abandoned.signal);
-        }
-      }
-    } finally {
-      this.#forget(job);
-    }
+// jobs grouped by lock_key: [[key, jobs], ...]
+function byKey(jobs) {
+  const groups = new Map();
+  for (const job of jobs) {
+    if (!groups.has(job.lockKey)) groups.set(job.lockKey, []);
+    groups.get(job.lockKey).push(job);
   }
+  return groups;
 }

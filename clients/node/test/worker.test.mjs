@@ -321,7 +321,7 @@ test('stop() lets an ack on its way land before it releases what is still held',
   let acks = 0;
   const { query } = pg.Client.prototype;
   pg.Client.prototype.query = function slowAck(text, ...rest) {
-    if (typeof text === 'string' && text.startsWith('SELECT pgq_ack(')) {
+    if (typeof text === 'string' && /pgq_ack(_batch)?\(/.test(text)) {
       acks += 1;
       return sleep(1500).then(() => query.call(this, text, ...rest));
     }
@@ -340,6 +340,97 @@ test('stop() lets an ack on its way land before it releases what is still held',
   assert.equal(acks, 1);
   assert.deepEqual(await jobRows(admin, q), [], 'the job was released while its ack was on its way');
   assert.ok(!logger.lines.some((l) => /answered false|released 1 job/.test(l)), logger.lines.join('\n'));
+});
+
+test('a batch of acks with a job another worker took: the others are acked, that one reported lost', async () => {
+  const q = queueName();
+  const ids = await pushBatch(app, q, [{ n: 0 }, { n: 1 }, { n: 2 }]);
+  const logger = keepingLogger();
+  const statements = [];
+  const unwatch = watchQueries((text, values, res, err) => {
+    if (/pgq_ack/.test(text)) statements.push([text.includes('pgq_ack_batch') ? 'batch' : 'each', values[0].length, err ? err.code : 'ok']);
+  });
+  let gate;
+  const open = new Promise((r) => { gate = r; });
+  const jobs = new Map();
+  let w;
+  try {
+    w = worker(q, async (job) => { jobs.set(job.id, job); await open; },
+      { concurrency: 3, wait: 1, completeInterval: 0.3, logger });
+    await waitUntil(() => jobs.size === 3, 20000, '3 handlers');
+    // the lease of ids[1] runs out and another worker takes it
+    await admin.query("UPDATE pgqueue.work_queue SET lock_timeout = now() - interval '1 second' WHERE id = $1", [ids[1]]);
+    const { rows } = await admin.query("SELECT id FROM pgq_claim('intruder', 1, '1 minute', ARRAY[$1])", [q]);
+    assert.deepEqual(rows, [{ id: ids[1] }]);
+    gate();
+    await waitUntil(async () => (await jobRows(admin, q)).length === 1, 10000, 'the acks');
+    await waitUntil(() => jobs.get(ids[1]).leaseLost, 5000, 'the lost lease');
+    await w.stop();
+  } finally {
+    unwatch();
+    gate();
+    await w?.stop();
+  }
+  assert.deepEqual((await jobRows(admin, q)).map((r) => [r.id, r.lock_key]), [[ids[1], 'intruder']]);
+  assert.deepEqual(statements, [['batch', 3, '22P02'], ['each', 3, 'ok']]);
+  assert.deepEqual(ids.map((id) => jobs.get(id).leaseLost), [false, true, false]);
+  const lost = logger.lines.filter((l) => l.startsWith('error') && l.includes('lease of job'));
+  assert.equal(lost.length, 1, logger.lines.join('\n'));
+  assert.ok(lost[0].includes(ids[1]) && lost[0].includes('not acked'), lost[0]);
+  assert.ok(!logger.lines.some((l) => /answered false: the ack sent before/.test(l)));
+});
+
+test('stop() sends the acks still waiting for their batch before it releases', async () => {
+  const q = queueName();
+  const ids = await pushBatch(app, q, [{ n: 0 }, { n: 1 }, { n: 2 }]);
+  const logger = keepingLogger();
+  const done = [];
+  let acks = 0;
+  const unwatch = watchQueries((text) => { if (/pgq_ack/.test(text)) acks += 1; });
+  let w;
+  try {
+    w = worker(q, async (job) => { done.push(job.id); }, { concurrency: 3, wait: 1, completeInterval: 60, logger });
+    await waitUntil(() => done.length === 3, 20000, '3 jobs done');
+    await sleep(500);
+    assert.equal(acks, 0, 'acked before completeInterval');
+    assert.equal((await jobRows(admin, q)).length, 3);
+    await w.stop();
+  } finally {
+    unwatch();
+    await w?.stop();
+  }
+  assert.equal(acks, 1);
+  assert.deepEqual(await jobRows(admin, q), []);
+  assert.deepEqual(done.sort(), [...ids].sort());
+  assert.ok(!logger.lines.some((l) => /released \d+ job/.test(l)), logger.lines.join('\n'));
+});
+
+test('a worker killed between the end of a handler and its ack: the job runs again, once', async () => {
+  const q = queueName();
+  const id = await push(app, q);
+  const log = path.join(tmp, `${q}.log`);
+  // acks wait 60 s for their batch: the kill comes first
+  const p = startProc(q, log, ['1', '2', '0', '30', '60']);
+  try {
+    await waitUntil(() => logLines(log, 'done').length, 30000, 'the handler to finish');
+    await sleep(200);
+    p.kill('SIGKILL');
+    await exited(p);
+  } finally {
+    p.kill('SIGKILL');
+  }
+  assert.deepEqual(logLines(log, 'start'), [[id, '1']]);
+  assert.deepEqual((await jobRows(admin, q)).map((r) => r.id), [id], 'acked before the kill');
+  const runs = [];
+  const w = worker(q, async (job) => { runs.push([job.id, job.tries]); }, { concurrency: 2, wait: 1 });
+  await waitUntil(async () => (await jobRows(admin, q)).length === 0, 30000, 'the job done again');
+  await sleep(500);
+  await w.stop();
+  // tries: 2, or 3 through PgBouncer, where the dead worker's waiting claim
+  // can outlive it, take the job and hold it for a lease
+  assert.equal(runs.length, 1, JSON.stringify(runs));
+  assert.equal(runs[0][0], id);
+  assert.ok(runs[0][1] >= 2, String(runs[0][1]));
 });
 
 test('the server restarted under a running worker: it reconnects, the rest is done once', async () => {
