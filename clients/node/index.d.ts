@@ -62,7 +62,7 @@ export interface Logger {
 }
 
 export interface WorkerOptions {
-  /** Handlers running at once, fed by one claimer (pgq_claim of as many jobs as handlers are free). Default 4. */
+  /** Handlers running at once, fed by one claimer (pgq_claim of as many jobs as handlers are free); the worker uses 3 connections whatever this is. Default 4. */
   concurrency?: number;
   /** Seconds a claim holds a job; extended every lease/3 while the handler runs. Default 30. */
   lease?: number;

@@ -587,28 +587,31 @@ export class Worker {
       client = await heart.get(this.abandoned.signal);
       if (!client) return;
       for (const [key, group] of byKey(jobs)) {
+        const extend = async (ids) => (await client.query(EXTEND, [ids, key, seconds(this.lease), wait])).rows;
+        const sentAt = Date.now();
         let rows;
         try {
-          ({ rows } = await client.query(EXTEND, [group.map((j) => j.id), key, seconds(this.lease), wait]));
+          rows = await extend(group.map((j) => j.id));
         } catch (err) {
-          if (err.code !== '55P03' || group.length === 1) throw err;
-          // a row held by another transaction: the others one by one
+          if (err.code !== '55P03') throw err;
+          // a row held by another transaction (lock_timeout): one by one
           rows = [];
-          for (const job of group) {
+          const waited = group.length === 1 ? group : [];
+          for (const job of group.length > 1 ? group : []) {
             try {
-              rows.push(...(await client.query(EXTEND, [[job.id], key, seconds(this.lease), wait])).rows);
+              rows.push(...await extend([job.id]));
             } catch (e) {
               if (e.code !== '55P03') throw e;
-              this.log.warn(`${key}: extending job ${job.id} waited too long for its row, next beat tries again: ${oneLine(e)}`);
+              waited.push(job);
             }
           }
+          for (const job of waited) this.log.warn(`${key}: extending job ${job.id} waited too long for its row, next beat tries again`);
         }
-        const now = Date.now();
         for (const { id, until } of rows) {
           const job = this.held.get(id);
           if (!job || job[SENT]) continue; // its ack or nack answers for it
           if (until == null) this.#leaseLost(job, 'pgq_extend answered NULL');
-          else { job.lockTimeout = until; job[EXTENDED] = now; }
+          else { job.lockTimeout = until; job[EXTENDED] = sentAt; }
         }
       }
       heart.backoff.reset();

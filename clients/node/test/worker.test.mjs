@@ -223,6 +223,70 @@ test('a handler slower than the lease keeps its job (heartbeat)', async () => {
   assert.equal(await counter(admin, 'leases_stolen'), stolenBefore);
 });
 
+test('a stalled extension does not hold up the others\' (lock_timeout, then one by one)', async () => {
+  const q = queueName();
+  const [a, b] = await pushBatch(app, q, [{ n: 0 }, { n: 1 }]);
+  const logger = keepingLogger();
+  const started = new Set();
+  const w = worker(q, async (job) => { started.add(job.id); await sleep(4500); },
+    { concurrency: 2, lease: 1.5, wait: 1, logger });
+  const locker = await connect(adminConfig);
+  try {
+    await waitUntil(() => started.size === 2, 20000, '2 handlers');
+    await locker.query('BEGIN');
+    await locker.query('SELECT id FROM pgqueue.work_queue WHERE id = $1 FOR UPDATE', [a]);
+    // while a's row is locked, b's lease must keep moving
+    const seen = [];
+    for (let i = 0; i < 12; i++) {
+      await sleep(200);
+      const { rows: [r] } = await admin.query(
+        'SELECT lock_key, lock_timeout > clock_timestamp() AS live, lock_timeout FROM pgqueue.work_queue WHERE id = $1', [b]);
+      seen.push(r);
+    }
+    assert.ok(seen.every((r) => r.live && r.lock_key === w.lockKey), JSON.stringify(seen));
+    assert.ok(seen.at(-1).lock_timeout > seen[0].lock_timeout, 'b was not extended');
+    await locker.query('ROLLBACK');
+    await waitUntil(async () => (await jobRows(admin, q)).length === 0, 20000, 'both acked');
+  } finally {
+    await locker.end();
+    await w.stop();
+  }
+  assert.ok(logger.lines.some((l) => l.startsWith('warn') && l.includes(`extending job ${a} waited too long`)), logger.lines.join('\n'));
+  assert.ok(!logger.lines.some((l) => l.startsWith('error')), logger.lines.join('\n'));
+});
+
+test('a worker at concurrency 16 uses at most 3 server connections', { skip: PASS !== 'direct' && 'direct pass only (PgBouncer sets application_name on server connections it shares)' }, async () => {
+  const q = queueName();
+  const appName = `pgq-test-${q}`;
+  await pushBatch(app, q, Array.from({ length: 40 }, (_, n) => ({ n })));
+  let running = 0;
+  let most = 0;
+  let done = 0;
+  const w = new Worker({ ...config, application_name: appName }, { concurrency: 16, lease: 1.5, wait: 1, logger: quiet });
+  w.handle(q, async () => {
+    running += 1;
+    most = Math.max(most, running);
+    await sleep(1200);
+    running -= 1;
+    done += 1;
+  });
+  const stopped = w.run({ signals: false });
+  let peak = 0;
+  try {
+    while (done < 40) {
+      const { rows: [r] } = await admin.query(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [appName]);
+      peak = Math.max(peak, r.n);
+      await sleep(100);
+    }
+  } finally {
+    await w.stop();
+    await stopped;
+  }
+  assert.equal(most, 16, 'the handlers did not all run at once');
+  assert.ok(peak >= 1 && peak <= 3, `${peak} server connections`);
+});
+
 test('a lost lease is not acked, and this is logged', async () => {
   const q = queueName();
   const id = await push(app, q);
