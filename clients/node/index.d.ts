@@ -28,11 +28,14 @@ export interface PushOptions {
   dedupKey?: string | null;
 }
 
-/** Pushes one job (pgq_push); resolves to its id. Runs in the caller's transaction, if any. */
-export function push(client: Queryable, queue: string, payload?: unknown, options?: PushOptions): Promise<string>;
+/**
+ * Pushes one job (pgq_push); resolves to its id. Runs in the caller's transaction, if any.
+ * `push<Email>(client, 'emails', {...})` checks the payload against the type its handler expects.
+ */
+export function push<P = unknown>(client: Queryable, queue: string, payload?: P, options?: PushOptions): Promise<string>;
 
 /** Pushes one job per payload (pgq_push_batch, 10,000 per call); resolves to the ids in order. */
-export function pushBatch(client: Queryable, queue: string, payloads: Iterable<unknown>,
+export function pushBatch<P = unknown>(client: Queryable, queue: string, payloads: Iterable<P>,
   options?: Omit<PushOptions, 'dedupKey'>): Promise<string[]>;
 
 export const BATCH_LIMIT: number;
@@ -86,8 +89,38 @@ export interface WorkerOptions {
   logger?: Logger;
 }
 
+/** The Worker's events and their listeners' arguments (durations in ms: how long the handler ran). */
+export interface WorkerEvents {
+  /** start() connected and found pgqueue: claims begin. */
+  started: [];
+  /** stop() is done; the error that stopped the worker (WorkerSetupError, ...), or null. */
+  stopped: [error: Error | null];
+  /** A claimed job's handler is about to run. */
+  jobStarted: [job: Job];
+  /** The handler resolved and the job was acked. */
+  jobSucceeded: [job: Job, duration: number];
+  /** The handler rejected (error: what it threw, a Retry too) and the job was nacked. */
+  jobFailed: [job: Job, duration: number, error: unknown];
+  /** Another worker took the job (or it was cancelled): its result is not recorded; may come while the handler runs. */
+  leaseLost: [job: Job, reason: string];
+}
+
+export type WorkerEvent = keyof WorkerEvents;
+export type WorkerListener<E extends WorkerEvent> = (...args: WorkerEvents[E]) => void;
+
+/** An EventEmitter (node:events) of WorkerEvents. */
 export class Worker {
   constructor(connection?: string | ConnectionConfig, options?: WorkerOptions);
+  on<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  addListener<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  prependListener<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  once<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  prependOnceListener<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  off<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  removeListener<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  removeAllListeners(event?: WorkerEvent): this;
+  listenerCount(event: WorkerEvent): number;
+  emit<E extends WorkerEvent>(event: E, ...args: WorkerEvents[E]): boolean;
   /** Runs handler(job) for the jobs of queue: resolve = ack, reject = nack. */
   handle<P = any>(queue: string, handler: Handler<P>): this;
   /**

@@ -22,11 +22,13 @@
 // ran under it are finished.  stop() (SIGTERM/SIGINT under run()) cancels
 // the waiting claim, lets running handlers finish for shutdownTimeout
 // seconds, sends the acks and nacks of what finished and waits for them,
-// then releases what is still held.
+// then releases what is still held.  The Worker is an EventEmitter of its
+// jobs' outcomes (see the class).
 //
 // No statement is named (so none is prepared on the server) and no session
 // state is used: workers run unchanged through PgBouncer's transaction pooling.
 
+import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -56,10 +58,11 @@ const ACK_EACH = 'SELECT u.id, pgq_ack(u.id, $2) AS ok FROM unnest($1::uuid[]) A
 const NACK = 'SELECT pgq_nack($1, $2, $3, $4::interval) AS state';
 const RELEASE = 'SELECT pgq_release($1) AS n';
 
-// Private marks on a job: when its lease was last extended (or claimed), and
-// whether its ack or nack was sent.
+// Private marks on a job: when its lease was last extended (or claimed),
+// whether its ack or nack was sent, how long its handler ran (ms).
 const EXTENDED = Symbol('extended');
 const SENT = Symbol('sent');
+const DURATION = Symbol('duration');
 
 // Key numbers are unique in the process: two Workers never share a lock_key.
 let nextKeyNumber = 0;
@@ -258,10 +261,17 @@ class Channel {
  *
  *   const w = new Worker('postgres://app@db/app', { concurrency: 4 });
  *   w.handle('emails', async (job) => { ... });
+ *   w.on('jobFailed', (job, ms, err) => { ... });
  *   await w.run();      // until SIGTERM / SIGINT
+ *
+ * Events: 'started' (), 'stopped' (error or null), 'jobStarted' (job),
+ * 'jobSucceeded' (job, ms: acked), 'jobFailed' (job, ms, error: nacked),
+ * 'leaseLost' (job, reason: its result is not recorded); ms is how long the
+ * handler ran.  A listener that throws is logged, not propagated.
  */
-export class Worker {
+export class Worker extends EventEmitter {
   constructor(connection = {}, options = {}) {
+    super();
     const {
       concurrency = 4, lease = 30, wait = 10, shutdownTimeout = 30, retryDelay = null,
       name = `${os.hostname()}:${process.pid}`, reconnectMaxDelay = 10, logger = defaultLogger,
@@ -341,7 +351,10 @@ export class Worker {
       throw setup;
     });
     // (handled here: a caller that drops the promise gets the error logged, not an unhandled rejection)
-    this.claimLoop = ready.then(() => this.#claimLoop(), () => {}).catch((err) => this.#fail(err));
+    this.claimLoop = ready.then(() => {
+      this.#emit('started');
+      return this.#claimLoop();
+    }, () => {}).catch((err) => this.#fail(err));
     this.beat = setInterval(() => this.#heartbeat(), (this.lease / 6) * 1000);
     return ready;
   }
@@ -440,6 +453,7 @@ export class Worker {
     if (this.claimed) await this.#release(this.lockKeys);
     await Promise.all([this.claimer.drop(), this.completer.drop(), this.heart.drop()]);
     this.log.info(`worker ${this.name} stopped`);
+    this.#emit('stopped', this.fatal);
   }
 
   // pgq_release of keys at shutdown, on the claimer's connection (idle now:
@@ -458,6 +472,15 @@ export class Worker {
       this.log.error(`worker ${this.name}: could not release ${keys.join(', ')} at shutdown (their leases will run out instead): ${oneLine(err)}`);
     } finally {
       clearTimeout(timer);
+    }
+  }
+
+  // emit() that logs what a listener throws instead of throwing it here
+  #emit(event, ...args) {
+    try {
+      this.emit(event, ...args);
+    } catch (err) {
+      this.log.error(`worker ${this.name}: a '${event}' listener threw: ${oneLine(err)}`);
     }
   }
 
@@ -530,6 +553,7 @@ export class Worker {
     };
     job[EXTENDED] = Date.now();
     this.held.set(job.id, job);
+    this.#emit('jobStarted', job);
     const run = this.#runJob(job).catch((err) => this.log.error(`${job.lockKey}: job ${job.id}: ${oneLine(err)}`));
     this.active.add(run);
     run.finally(() => {
@@ -542,9 +566,12 @@ export class Worker {
     const handler = this.handlers.get(job.queue);
     let error = null;
     let retryIn = this.retryDelay;
+    let thrown;
+    const t0 = performance.now();
     try {
       await handler(job);
     } catch (err) {
+      thrown = err;
       if (err instanceof Retry) {
         error = `Retry: ${err.message}`;
         retryIn = err.delay;
@@ -553,6 +580,7 @@ export class Worker {
         this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed on try ${job.tries}: ${err?.name}: ${err?.message}`);
       }
     }
+    job[DURATION] = performance.now() - t0;
     if (this.abandoned.signal.aborted) {
       this.log.warn(`${job.lockKey}: job ${job.id} finished after shutdown released it: result dropped`);
       this.#forget(job);
@@ -564,7 +592,7 @@ export class Worker {
       return;
     }
     if (error == null) this.#post({ ack: job });
-    else this.#post({ nack: job, error, retryIn });
+    else this.#post({ nack: job, error, retryIn, thrown });
   }
 
   // -- the heartbeat -------------------------------------------------------
@@ -621,10 +649,11 @@ export class Worker {
     }
   }
 
-  #leaseLost(job, why) {
+  #leaseLost(job, why, result = 'acked') {
     if (job.leaseLost) return;
     job.leaseLost = true;
-    this.log.error(`${job.lockKey}: lease of job ${job.id} lost (${why}): its result is not acked`);
+    this.log.error(`${job.lockKey}: lease of job ${job.id} lost (${why}): its result is not ${result}`);
+    this.#emit('leaseLost', job, why);
   }
 
   // -- the completer -----------------------------------------------------
@@ -676,7 +705,7 @@ export class Worker {
         for (let i = 0; i < group.length; i += this.completeBatch) await this.#ack(key, group.slice(i, i + this.completeBatch));
       }
       for (const item of items) {
-        if (item.nack != null) await this.#nack(item.nack, item.error, item.retryIn);
+        if (item.nack != null) await this.#nack(item.nack, item.error, item.retryIn, item.thrown);
         else if (item.release != null) await this.#releaseRetired(item.release);
       }
     }
@@ -724,12 +753,17 @@ export class Worker {
         this.log.warn(`${key}: ${jobs.length} job(s) released at shutdown before their ack was answered`);
         return;
       }
-      if (answer.rows.length === 1 && answer.rows[0].n != null) return; // all acked
-      for (const { id, ok } of answer.rows) {
-        if (ok) continue;
-        const job = this.held.get(id);
-        if (answer.resent) this.log.info(`${key}: ack of job ${id} answered false: the ack sent before the connection was lost committed`);
-        else if (job) this.#leaseLost(job, 'its ack answered false: another worker took it, or it was cancelled');
+      const all = answer.rows.length === 1 && answer.rows[0].n != null;
+      const acked = new Map(all ? ids.map((id) => [id, true]) : answer.rows.map((r) => [r.id, r.ok]));
+      for (const job of jobs) {
+        if (acked.get(job.id)) {
+          this.#emit('jobSucceeded', job, job[DURATION]);
+        } else if (answer.resent) {
+          this.log.info(`${key}: ack of job ${job.id} answered false: the ack sent before the connection was lost committed`);
+          this.#emit('jobSucceeded', job, job[DURATION]);
+        } else {
+          this.#leaseLost(job, 'its ack answered false: another worker took it, or it was cancelled');
+        }
       }
     } catch (err) {
       this.log.error(`${key}: could not ack ${jobs.length} job(s) (their leases will run out): ${oneLine(err)}`);
@@ -738,16 +772,19 @@ export class Worker {
     }
   }
 
-  async #nack(job, error, retryIn) {
+  async #nack(job, error, retryIn, thrown) {
     job[SENT] = true;
     try {
       const answer = await this.#resend(`nacking job ${job.id}`, NACK, [job.id, job.lockKey, error, seconds(retryIn)]);
       if (answer == null) {
         this.log.warn(`${job.lockKey}: job ${job.id} released at shutdown before its nack was answered`);
       } else if (answer.rows[0].state == null && !answer.resent) {
-        this.log.error(`${job.lockKey}: nack of job ${job.id}: the job is no longer held`);
-      } else if (answer.rows[0].state === 'failed') {
-        this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
+        this.#leaseLost(job, 'its nack answered NULL: another worker took it, or it was cancelled', 'nacked');
+      } else {
+        if (answer.rows[0].state === 'failed') {
+          this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
+        }
+        this.#emit('jobFailed', job, job[DURATION], thrown);
       }
     } catch (err) {
       this.log.error(`${job.lockKey}: could not nack job ${job.id} (its lease will run out): ${oneLine(err)}`);

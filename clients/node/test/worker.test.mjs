@@ -516,6 +516,62 @@ test('the server restarted under a running worker: it reconnects, the rest is do
   assert.deepEqual([...done].sort(), [...ids].sort());
 });
 
+test('events: started, jobStarted, jobSucceeded, jobFailed, leaseLost, stopped', async () => {
+  const q = queueName();
+  const [good, bad, lost] = await pushBatch(app, q, [{ n: 0 }, { n: 1 }, { n: 2 }]);
+  const logger = keepingLogger();
+  const events = [];
+  let gate;
+  const open = new Promise((r) => { gate = r; });
+  const w = new Worker(config, { concurrency: 3, wait: 1, completeInterval: 0.2, logger });
+  const boom = new RangeError('boom');
+  w.handle(q, async (job) => {
+    await open;
+    await sleep(50);
+    if (job.id === bad) throw boom;
+  });
+  for (const name of ['started', 'stopped', 'jobStarted', 'jobSucceeded', 'jobFailed', 'leaseLost']) {
+    w.on(name, (...args) => events.push([name, ...args]));
+  }
+  w.on('jobStarted', () => { throw new Error('a listener that throws'); });
+  const running = w.run({ signals: false });
+  try {
+    await waitUntil(() => events.filter(([e]) => e === 'jobStarted').length === 3, 20000, '3 jobs started');
+    await admin.query("UPDATE pgqueue.work_queue SET lock_key = 'intruder' WHERE id = $1", [lost]);
+    gate();
+    await waitUntil(() => events.length === 7, 10000, 'the outcomes');
+  } finally {
+    gate();
+    await w.stop();
+    await running;
+  }
+  const names = events.map(([e, job]) => (job?.id ? `${e} ${[good, bad, lost].indexOf(job.id)}` : e));
+  assert.equal(names[0], 'started');
+  assert.deepEqual(names.slice(1, 4).sort(), ['jobStarted 0', 'jobStarted 1', 'jobStarted 2']);
+  assert.deepEqual(names.slice(4, 7).sort(), ['jobFailed 1', 'jobSucceeded 0', 'leaseLost 2']);
+  assert.deepEqual(events.at(-1), ['stopped', null]);
+  const by = (e) => events.find(([n]) => n === e);
+  assert.ok(by('jobSucceeded')[2] >= 45 && by('jobSucceeded')[2] < 5000, String(by('jobSucceeded')[2]));
+  assert.ok(by('jobFailed')[2] >= 45, String(by('jobFailed')[2]));
+  assert.equal(by('jobFailed')[3], boom);
+  assert.equal(by('leaseLost')[1].leaseLost, true);
+  assert.match(by('leaseLost')[2], /another worker took it/);
+  assert.equal(logger.lines.filter((l) => l.includes("a 'jobStarted' listener threw: a listener that throws")).length, 3);
+  const rows = await jobRows(admin, q);
+  assert.deepEqual(rows.map((r) => [r.id, r.state, r.lock_key]).sort(), [[bad, 'retry', null], [lost, 'scheduled', 'intruder']].sort());
+});
+
+test('a worker that stops for its setup says so in \'stopped\'', { skip: PASS !== 'direct' && 'direct pass only' }, async () => {
+  const w = new Worker({ ...config, database: 'postgres' }, { concurrency: 1, logger: quiet });
+  w.handle(queueName(), async () => {});
+  const seen = [];
+  w.on('started', () => seen.push('started'));
+  w.on('stopped', (err) => seen.push(err));
+  await assert.rejects(w.run({ signals: false }), WorkerSetupError);
+  assert.equal(seen.length, 1);
+  assert.ok(seen[0] instanceof WorkerSetupError, String(seen[0]));
+});
+
 test('a missing extension stops the worker with the reason', { skip: PASS !== 'direct' && 'direct pass only' }, async () => {
   const w = new Worker({ ...config, database: 'postgres' }, { concurrency: 1, logger: quiet });
   w.handle(queueName(), async () => {});
