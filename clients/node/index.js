@@ -352,7 +352,7 @@ export class Worker extends EventEmitter {
     });
     // (handled here: a caller that drops the promise gets the error logged, not an unhandled rejection)
     this.claimLoop = ready.then(() => {
-      this.#emit('started');
+      if (!this.stopping) this.#emit('started');
       return this.#claimLoop();
     }, () => {}).catch((err) => this.#fail(err));
     this.beat = setInterval(() => this.#heartbeat(), (this.lease / 6) * 1000);
