@@ -531,6 +531,7 @@ export class Worker extends EventEmitter {
         this.claiming = null;
       }
       claimer.backoff.reset();
+      if (this.abandoned.signal.aborted) break; // a claim that outlived shutdown: #release gives its jobs back
       for (const row of rows) this.#startJob(row);
     }
   }
@@ -635,6 +636,7 @@ export class Worker extends EventEmitter {
           }
           for (const job of waited) this.log.warn(`${key}: extending job ${job.id} waited too long for its row, next beat tries again`);
         }
+        if (this.abandoned.signal.aborted) return; // stop() released the jobs meanwhile
         for (const { id, until } of rows) {
           const job = this.held.get(id);
           if (!job || job[SENT]) continue; // its ack or nack answers for it
