@@ -28,11 +28,14 @@ export interface PushOptions {
   dedupKey?: string | null;
 }
 
-/** Pushes one job (pgq_push); resolves to its id. Runs in the caller's transaction, if any. */
-export function push(client: Queryable, queue: string, payload?: unknown, options?: PushOptions): Promise<string>;
+/**
+ * Pushes one job (pgq_push); resolves to its id. Runs in the caller's transaction, if any.
+ * `push<Email>(client, 'emails', {...})` checks the payload against the type its handler expects.
+ */
+export function push<P = unknown>(client: Queryable, queue: string, payload?: P, options?: PushOptions): Promise<string>;
 
 /** Pushes one job per payload (pgq_push_batch, 10,000 per call); resolves to the ids in order. */
-export function pushBatch(client: Queryable, queue: string, payloads: Iterable<unknown>,
+export function pushBatch<P = unknown>(client: Queryable, queue: string, payloads: Iterable<P>,
   options?: Omit<PushOptions, 'dedupKey'>): Promise<string[]>;
 
 export const BATCH_LIMIT: number;
@@ -62,7 +65,7 @@ export interface Logger {
 }
 
 export interface WorkerOptions {
-  /** Handlers running at once (one connection each). Default 4. */
+  /** Handlers running at once, fed by one claimer (pgq_claim of as many jobs as handlers are free); the worker uses 3 connections whatever this is. Default 4. */
   concurrency?: number;
   /** Seconds a claim holds a job; extended every lease/3 while the handler runs. Default 30. */
   lease?: number;
@@ -72,18 +75,52 @@ export interface WorkerOptions {
   shutdownTimeout?: number;
   /** Seconds before a failed job is retried; null: the server's exponential backoff. */
   retryDelay?: number | null;
-  /** lock_key prefix; slot n's key is `${name}:${n}`. Default `${hostname}:${pid}`. */
+  /** lock_key prefix: the worker's key is `${name}:${n}`, n unique in the process. Default `${hostname}:${pid}`. */
   name?: string;
   /** Longest pause between reconnection attempts, seconds. Default 10. */
   reconnectMaxDelay?: number;
   /** Seconds start() tries to connect (with backoff) before it rejects with WorkerSetupError. Default 30. */
   startupTimeout?: number;
+  /** Seconds an ack waits for others to go in the same pgq_ack_batch (0: none). Default 0.005. */
+  completeInterval?: number;
+  /** Acks waiting that are sent at once, without waiting for completeInterval; also the most in one statement. Default 100. */
+  completeBatch?: number;
   /** Where log lines go; default: stderr (info and above). */
   logger?: Logger;
 }
 
+/** The Worker's events and their listeners' arguments (durations in ms: how long the handler ran). */
+export interface WorkerEvents {
+  /** start() connected and found pgqueue: claims begin. */
+  started: [];
+  /** stop() is done; the error that stopped the worker (WorkerSetupError, ...), or null. */
+  stopped: [error: Error | null];
+  /** A claimed job's handler is about to run. */
+  jobStarted: [job: Job];
+  /** The handler resolved and the job was acked. */
+  jobSucceeded: [job: Job, duration: number];
+  /** The handler rejected (error: what it threw, a Retry too) and the job was nacked. */
+  jobFailed: [job: Job, duration: number, error: unknown];
+  /** Another worker took the job (or it was cancelled): its result is not recorded; may come while the handler runs. */
+  leaseLost: [job: Job, reason: string];
+}
+
+export type WorkerEvent = keyof WorkerEvents;
+export type WorkerListener<E extends WorkerEvent> = (...args: WorkerEvents[E]) => void;
+
+/** An EventEmitter (node:events) of WorkerEvents. */
 export class Worker {
   constructor(connection?: string | ConnectionConfig, options?: WorkerOptions);
+  on<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  addListener<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  prependListener<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  once<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  prependOnceListener<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  off<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  removeListener<E extends WorkerEvent>(event: E, listener: WorkerListener<E>): this;
+  removeAllListeners(event?: WorkerEvent): this;
+  listenerCount(event: WorkerEvent): number;
+  emit<E extends WorkerEvent>(event: E, ...args: WorkerEvents[E]): boolean;
   /** Runs handler(job) for the jobs of queue: resolve = ack, reject = nack. */
   handle<P = any>(queue: string, handler: Handler<P>): this;
   /**
@@ -95,6 +132,9 @@ export class Worker {
   run(options?: { signals?: boolean }): Promise<void>;
   /** Stops gracefully; resolves when done. */
   stop(): Promise<void>;
+  /** The lock_key the worker claims with (null before start()). */
+  readonly lockKey: string | null;
+  /** The keys that may hold this worker's jobs: lockKey, and older ones not yet released (after a claim's answer was lost). */
   readonly lockKeys: string[];
   readonly stopping: boolean;
 }

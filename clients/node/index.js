@@ -4,22 +4,31 @@
 // given and never commit: inside the caller's transaction the jobs exist only
 // if it commits.
 //
-// A Worker runs `concurrency` slots, each with its own connection and
-// lock_key (`host:pid:n`): a blocking claim (pgq_claim(..., wait => ...)) of
-// one job of the registered queues, the queue's handler, then pgq_ack when it
-// resolves or pgq_nack with the error when it rejects.  While a handler runs,
-// the job's lease is extended every third of the lease on the slot's
-// connection.  A lost lease (pgq_extend answered NULL) means the result is not
-// acked; a lost connection is made again with exponential backoff and the ack
-// or nack resent (a second ack of an acked job answers false and changes
-// nothing); a claim whose answer was lost is undone with pgq_release.  stop()
-// (SIGTERM/SIGINT under run()) cancels waiting claims, lets running handlers
-// finish for shutdownTimeout seconds, waits for any ack or nack already sent,
-// then releases what is still held.
+// A Worker runs up to `concurrency` handlers at once under one lock_key
+// (`host:pid:n`), on three connections.  The claimer claims for all the free
+// handlers in one pgq_claim(key, free, ..., wait => ...) that blocks while
+// there is no work, and starts a handler for each job it got: it never
+// claims more than it can start.  The completer acks the jobs whose handler
+// resolved in batches (pgq_ack_batch, every completeInterval or
+// completeBatch jobs; a batch that acked fewer than it was given is rolled
+// back and acked job by job, to learn which lease was lost) and nacks those
+// whose handler rejected.  The heartbeat extends the leases of all the jobs
+// held in one statement every lease/6.  A lost lease (pgq_extend answered
+// NULL, or the ack false) means the result is not acked; a lost connection is
+// made again with exponential backoff and the ack or nack resent (a second
+// ack of an acked job answers false and changes nothing).  A claim whose
+// answer was lost may have taken jobs for the key: the worker goes on under
+// a new key and releases the old one (pgq_release) as soon as the jobs it
+// ran under it are finished.  stop() (SIGTERM/SIGINT under run()) cancels
+// the waiting claim, lets running handlers finish for shutdownTimeout
+// seconds, sends the acks and nacks of what finished and waits for them,
+// then releases what is still held.  The Worker is an EventEmitter of its
+// jobs' outcomes (see the class).
 //
 // No statement is named (so none is prepared on the server) and no session
 // state is used: workers run unchanged through PgBouncer's transaction pooling.
 
+import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -33,14 +42,30 @@ const ERROR_MAX_CHARS = 4000;
 const FINISH_WAIT = 10000;
 
 const CLAIM = 'SELECT id, queue, payload, tries, version, lock_timeout'
-  + ' FROM pgq_claim($1, 1, $2::interval, $3::text[], $4::interval)';
-const EXTEND = 'SELECT pgq_extend($1, $2, $3::interval) AS until';
-const ACK = 'SELECT pgq_ack($1, $2) AS ok';
+  + ' FROM pgq_claim($1, $2, $3::interval, $4::text[], $5::interval)';
+// The leases of many jobs in one statement; lock_timeout ($4, ms) bounds its
+// wait for a row that another transaction holds (local to the statement's
+// transaction: PgBouncer-safe), so that the jobs can be extended one by one.
+const EXTEND = "SELECT u.id, CASE WHEN set_config('lock_timeout', $4, true) IS NOT NULL"
+  + ' THEN pgq_extend(u.id, $2, $3::interval) END AS until FROM unnest($1::uuid[]) AS u(id)';
+// pgq_ack_batch answers how many of the jobs it acked.  When that is fewer
+// than it was given, the statement fails (with this text in the server's
+// log), which rolls the acks back, and ACK_EACH says which job was not held.
+const ACK_BATCH = 'SELECT CASE WHEN a.n = cardinality($1::uuid[]) THEN a.n'
+  + " ELSE ('pgqueue worker: ' || (cardinality($1::uuid[]) - a.n) || ' of the batch no longer held by '"
+  + " || $2::text || ', acking one by one')::int END AS n FROM (SELECT pgq_ack_batch($1::uuid[], $2::text) AS n OFFSET 0) a";
+const ACK_EACH = 'SELECT u.id, pgq_ack(u.id, $2) AS ok FROM unnest($1::uuid[]) AS u(id)';
 const NACK = 'SELECT pgq_nack($1, $2, $3, $4::interval) AS state';
 const RELEASE = 'SELECT pgq_release($1) AS n';
 
-// Slot numbers are unique in the process: two Workers never share a lock_key.
-let nextSlotNumber = 0;
+// Private marks on a job: when its lease was last extended (or claimed),
+// whether its ack or nack was sent, how long its handler ran (ms).
+const EXTENDED = Symbol('extended');
+const SENT = Symbol('sent');
+const DURATION = Symbol('duration');
+
+// Key numbers are unique in the process: two Workers never share a lock_key.
+let nextKeyNumber = 0;
 
 const seconds = (s) => (s == null ? null : `${Number(s)} seconds`);
 
@@ -179,26 +204,87 @@ function cancelStatement(client) {
   });
 }
 
+// One connection of a worker (the claimer's, the completer's), made again
+// with backoff when it is lost.
+class Channel {
+  constructor(worker, name) {
+    this.worker = worker;
+    this.name = name;
+    this.client = null;
+    this.connecting = null;
+    this.backoff = new Backoff(worker.reconnectMaxDelay);
+  }
+
+  get who() { return `worker ${this.worker.name} (${this.name})`; }
+
+  // Takes a connected client (start()'s first connection) as this channel's.
+  adopt(client) {
+    client.removeAllListeners('error');
+    client.on('error', () => { if (this.client === client) this.client = null; });
+    this.client = client;
+  }
+
+  // The client, connected again (after backoff pauses) when it was lost;
+  // null once `signal` aborts.  One connect at a time.
+  async get(signal) {
+    while (!this.client) {
+      if (signal.aborted) return null;
+      if (!this.connecting) {
+        this.connecting = (async () => {
+          const client = new pg.Client(this.worker.connection);
+          client.on('error', () => {});
+          try {
+            await client.connect();
+            if (this.backoff.failures) this.worker.log.info(`${this.who}: connected again`);
+            this.adopt(client);
+          } catch (err) {
+            client.end().catch(() => {});
+            await this.backoff.pause(this.worker.log, this.who, 'cannot connect', err, signal);
+          } finally {
+            this.connecting = null;
+          }
+        })();
+      }
+      await this.connecting;
+    }
+    return this.client;
+  }
+
+  async drop(client = this.client) {
+    if (this.client === client) this.client = null;
+    if (client) await client.end().catch(() => {});
+  }
+}
+
 /**
  * Runs handlers for the jobs of the queues registered with it.
  *
  *   const w = new Worker('postgres://app@db/app', { concurrency: 4 });
  *   w.handle('emails', async (job) => { ... });
+ *   w.on('jobFailed', (job, ms, err) => { ... });
  *   await w.run();      // until SIGTERM / SIGINT
+ *
+ * Events: 'started' (), 'stopped' (error or null), 'jobStarted' (job),
+ * 'jobSucceeded' (job, ms: acked), 'jobFailed' (job, ms, error: nacked),
+ * 'leaseLost' (job, reason: its result is not recorded); ms is how long the
+ * handler ran.  A listener that throws is logged, not propagated.
  */
-export class Worker {
+export class Worker extends EventEmitter {
   constructor(connection = {}, options = {}) {
+    super();
     const {
       concurrency = 4, lease = 30, wait = 10, shutdownTimeout = 30, retryDelay = null,
       name = `${os.hostname()}:${process.pid}`, reconnectMaxDelay = 10, logger = defaultLogger,
-      startupTimeout = 30,
+      startupTimeout = 30, completeInterval = 0.005, completeBatch = 100,
     } = options;
     if (!(concurrency >= 1)) throw new RangeError('concurrency must be at least 1');
     if (!(lease > 0 && lease <= 7 * 86400)) throw new RangeError('lease must be between 0 and 7 days (seconds)');
     if (!(wait > 0 && wait <= 60)) throw new RangeError('wait must be more than 0 and at most 60 seconds');
+    if (!(completeInterval >= 0 && completeInterval <= 60)) throw new RangeError('completeInterval must be between 0 and 60 seconds');
+    if (!(completeBatch >= 1 && completeBatch <= BATCH_LIMIT)) throw new RangeError(`completeBatch must be between 1 and ${BATCH_LIMIT}`);
     this.connection = typeof connection === 'string' ? { connectionString: connection } : { ...connection };
     this.connection.application_name ??= 'pgqueue worker';
-    this.concurrency = concurrency;
+    this.concurrency = Math.floor(concurrency);
     this.lease = lease;
     this.wait = wait;
     this.shutdownTimeout = shutdownTimeout;
@@ -206,56 +292,75 @@ export class Worker {
     this.name = name;
     this.reconnectMaxDelay = reconnectMaxDelay;
     this.startupTimeout = startupTimeout;
+    this.completeInterval = completeInterval;
+    this.completeBatch = Math.floor(completeBatch);
     this.log = logger;
     this.handlers = new Map();
-    this.slots = [];
     this.stopping = false;
     this.stopSignal = new AbortController();
     this.fatal = null;
-    this.loops = [];
+    this.started = false;
     this.stopped = null;
+    this.key = null; // the lock_key claims use now
+    this.retired = new Set(); // keys of claims whose answer was lost, to release
+    this.held = new Map(); // id -> job: claimed, its ack or nack not yet answered
+    this.active = new Set(); // the promises of the handlers running
+    this.wakeClaimer = null;
+    this.claimer = new Channel(this, 'claimer');
+    this.claiming = null; // the claimer's client while its claim waits
+    this.claimed = false; // a claim was sent: something may be held
+    this.completer = new Channel(this, 'completer');
+    this.outbox = []; // acks, nacks and releases to send
+    this.flushTimer = null; // the completer's next flush, while acks wait
+    this.sending = null; // the completer's work, while it has some
+    this.heart = new Channel(this, 'heartbeat');
+    this.beat = null; // the heartbeat's interval timer
+    this.beating = null; // its statement, while one is on its way
+    this.abandoned = new AbortController(); // aborted once stop() released what is held
   }
 
   /** Run `handler(job)` (async) for the jobs of `queue`. */
   handle(queue, handler) {
-    if (this.loops.length) throw new Error('register handlers before starting the worker');
+    if (this.started) throw new Error('register handlers before starting the worker');
     this.handlers.set(queue, handler);
     return this;
   }
 
-  /** The lock_keys of this worker's slots (known once started). */
-  get lockKeys() { return this.slots.map((s) => s.lockKey); }
+  /** The lock_key this worker claims with (known once started). */
+  get lockKey() { return this.key; }
+
+  /** The lock_keys that may hold jobs of this worker: lockKey, and older ones not yet released (see above). */
+  get lockKeys() { return this.key == null ? [] : [...this.retired, this.key]; }
 
   /**
    * Starts: connects (retried with backoff for up to startupTimeout seconds)
-   * and checks that pgqueue is installed, then runs the slots.  Returns a
-   * promise that resolves once the slots run, or rejects with a
-   * WorkerSetupError that says what to fix (the worker is then stopped).
-   * Once started, a lost server is waited for (reconnection with backoff).
+   * and checks that pgqueue is installed, then claims.  Returns a promise
+   * that resolves once the worker runs, or rejects with a WorkerSetupError
+   * that says what to fix (the worker is then stopped).  Once started, a
+   * lost server is waited for (reconnection with backoff).
    */
   start() {
     if (this.handlers.size === 0) throw new WorkerSetupError('no handler registered: call handle(queue, fn) first');
-    if (this.loops.length) throw new Error('a Worker runs once; make a new one');
-    for (let i = 0; i < this.concurrency; i++) {
-      const n = nextSlotNumber++;
-      this.slots.push({
-        number: n, lockKey: `${this.name}:${n}`, client: null, state: 'idle', finishing: null,
-        backoff: new Backoff(this.reconnectMaxDelay), abandoned: new AbortController(),
-      });
-    }
-    this.log.info(`worker ${this.name}: ${this.concurrency} slots on queues ${[...this.handlers.keys()].sort().join(', ')}, lease ${this.lease}s`);
+    if (this.started) throw new Error('a Worker runs once; make a new one');
+    this.started = true;
+    this.key = `${this.name}:${nextKeyNumber++}`;
+    this.log.info(`worker ${this.name}: ${this.concurrency} handlers on queues ${[...this.handlers.keys()].sort().join(', ')}, lease ${this.lease}s, lock_key ${this.key}`);
     const ready = this.#checkSetup().catch((err) => {
       const setup = err instanceof WorkerSetupError ? err : new WorkerSetupError(oneLine(err), { cause: err });
       this.#fail(setup);
       throw setup;
     });
     // (handled here: a caller that drops the promise gets the error logged, not an unhandled rejection)
-    const ok = ready.then(() => true, () => false);
-    this.loops = this.slots.map((slot) => ok.then((go) => go && this.#slotLoop(slot)).catch((err) => this.#fail(err)));
+    this.claimLoop = ready.then(() => {
+      if (!this.stopping) this.#emit('started');
+      return this.#claimLoop();
+    }, () => {}).catch((err) => this.#fail(err));
+    this.beat = setInterval(() => this.#heartbeat(), (this.lease / 6) * 1000);
     return ready;
   }
 
-  // The first connection, within startupTimeout, and the extension's presence.
+  // The first connection, within startupTimeout, and the extension's
+  // presence; the connection becomes the claimer's.
   async #checkSetup() {
     const started = Date.now();
     const deadline = started + this.startupTimeout * 1000;
@@ -279,10 +384,13 @@ export class Worker {
       try {
         const { rows: [r] } = await client.query(CHECK);
         if (!r.found) throw new WorkerSetupError(`worker ${this.name}: ${missingExtension(r.database, r.schema)}`);
-        return;
-      } finally {
+      } catch (err) {
         await client.end().catch(() => {});
+        throw err;
       }
+      if (this.stopping) await client.end().catch(() => {});
+      else this.claimer.adopt(client);
+      return;
     }
   }
 
@@ -315,84 +423,65 @@ export class Worker {
   stop() {
     this.stopping = true;
     this.stopSignal.abort();
+    this.wakeClaimer?.();
     this.stopped ??= this.#shutdown();
     return this.stopped;
   }
 
   async #shutdown() {
     const deadline = Date.now() + this.shutdownTimeout * 1000;
-    const finished = new Set();
-    this.loops.forEach((p, i) => p.then(() => finished.add(i)));
-    // cancel waiting claims, again while one still waits (a cancel that
+    const until = (ms) => sleep(Math.min(ms, Math.max(0, deadline - Date.now())));
+    // cancel the waiting claim, again while it still waits (a cancel that
     // reached the server just before its claim started does nothing)
-    while (finished.size < this.loops.length && Date.now() < deadline) {
-      await Promise.all(this.slots.map((s) => (s.state === 'claiming' && s.client ? cancelStatement(s.client) : null)));
-      await Promise.race([Promise.all(this.loops), sleep(Math.min(200, Math.max(0, deadline - Date.now())))]);
+    let claimerDone = this.claimLoop == null;
+    this.claimLoop?.then(() => { claimerDone = true; });
+    while (!claimerDone && Date.now() < deadline) {
+      if (this.claiming) await cancelStatement(this.claiming);
+      await Promise.race([this.claimLoop, until(200)]);
     }
-    const left = this.slots.filter((_, i) => !finished.has(i));
-    // An ack or nack on its way must land before the release, or the release
-    // commits first and a job whose handler succeeded runs again.  Once
-    // abandoned (aborted with no await after the wait), a slot sends no more.
-    for (const slot of left) {
-      const until = Date.now() + FINISH_WAIT;
-      while (slot.finishing && Date.now() < until) {
-        await Promise.race([slot.finishing.catch(() => {}), sleep(until - Date.now())]);
-      }
-      if (slot.finishing) this.log.error(`worker ${this.name}: ${slot.lockKey}: an ack or nack still unanswered after ${FINISH_WAIT / 1000}s: releasing anyway`);
-      slot.abandoned.abort();
-    }
-    if (left.length) await this.#release(left.map((s) => s.lockKey));
-    await Promise.all(this.slots.map((s) => (left.includes(s) ? null : this.#dropClient(s))));
+    // the running handlers, until the deadline
+    while (this.active.size && Date.now() < deadline) await Promise.race([...this.active, until(deadline - Date.now())]);
+    // The acks and nacks of the finished handlers, sent now, must land before
+    // the release, or the release commits first and a job whose handler
+    // succeeded runs again.  Once abandoned, the completer sends no more.
+    this.#flush();
+    const sent = Date.now() + FINISH_WAIT;
+    while (this.sending && Date.now() < sent) await Promise.race([this.sending, sleep(sent - Date.now())]);
+    if (this.sending) this.log.error(`worker ${this.name}: acks or nacks still unanswered after ${FINISH_WAIT / 1000}s: releasing anyway`);
+    this.abandoned.abort();
+    clearInterval(this.beat);
+    if (this.claimed) await this.#release(this.lockKeys);
+    await Promise.all([this.claimer.drop(), this.completer.drop(), this.heart.drop()]);
     this.log.info(`worker ${this.name} stopped`);
+    this.#emit('stopped', this.fatal);
   }
 
+  // pgq_release of keys at shutdown, on the claimer's connection (idle now:
+  // the completer's may still wait for an answer); one attempt.
   async #release(keys) {
-    const client = new pg.Client(this.connection);
-    client.on('error', () => {});
+    const give = new AbortController();
+    const timer = setTimeout(() => give.abort(), FINISH_WAIT);
     try {
-      await client.connect();
+      const client = await this.claimer.get(give.signal);
+      if (!client) throw new Error('no connection');
       for (const key of keys) {
-        const { rows } = await client.query(RELEASE, [key]);
-        this.log.warn(`worker ${this.name}: handler still running at shutdown: released ${rows[0].n} job(s) of ${key}`);
+        const { rows: [{ n }] } = await client.query(RELEASE, [key]);
+        if (n > 0) this.log.warn(`worker ${this.name}: handler still running at shutdown: released ${n} job(s) of ${key}`);
       }
     } catch (err) {
       this.log.error(`worker ${this.name}: could not release ${keys.join(', ')} at shutdown (their leases will run out instead): ${oneLine(err)}`);
     } finally {
-      await client.end().catch(() => {});
+      clearTimeout(timer);
     }
   }
 
-  // -- connections --------------------------------------------------------
-
-  // The slot's client, connected again (after backoff pauses) when it was
-  // lost; null once `signal` aborts.  One connect at a time per slot.
-  async #slotClient(slot, signal) {
-    while (!slot.client) {
-      if (signal.aborted) return null;
-      if (!slot.connecting) {
-        slot.connecting = (async () => {
-          const client = new pg.Client(this.connection);
-          client.on('error', () => { if (slot.client === client) slot.client = null; });
-          try {
-            await client.connect();
-            if (slot.backoff.failures) this.log.info(`${slot.lockKey}: connected again`);
-            slot.client = client;
-          } catch (err) {
-            client.end().catch(() => {});
-            await slot.backoff.pause(this.log, slot.lockKey, 'cannot connect', err, signal);
-          } finally {
-            slot.connecting = null;
-          }
-        })();
-      }
-      await slot.connecting;
+  // emit() that logs what a listener throws instead of throwing it here
+  #emit(event, ...args) {
+    try {
+      this.emit(event, ...args);
+    } catch (err) {
+      this.log.error(`worker ${this.name}: a '${event}' listener threw: ${oneLine(err)}`);
     }
-    return slot.client;
-  }
-
-  async #dropClient(slot, client = slot.client) {
-    if (slot.client === client) slot.client = null;
-    if (client) await client.end().catch(() => {});
   }
 
   #fail(err) {
@@ -403,30 +492,27 @@ export class Worker {
     this.stop();
   }
 
-  // -- one slot ------------------------------------------------------------
+  // -- the claimer ---------------------------------------------------------
 
-  async #slotLoop(slot) {
+  async #claimLoop() {
     const queues = [...this.handlers.keys()].sort();
-    let claimLost = false;
+    const { claimer } = this;
     while (!this.stopping) {
-      const client = await this.#slotClient(slot, this.stopSignal.signal);
-      if (!client) break;
-      let row;
+      // free handlers; and no more than completeBatch jobs waiting for their ack
+      const free = Math.min(this.concurrency - this.active.size,
+        this.concurrency + this.completeBatch - this.held.size);
+      if (free <= 0) {
+        await new Promise((resolve) => { this.wakeClaimer = resolve; });
+        this.wakeClaimer = null;
+        continue;
+      }
+      const client = await claimer.get(this.stopSignal.signal);
+      if (!client || this.stopping) break;
+      let rows;
+      this.claiming = client;
+      this.claimed = true;
       try {
-        if (claimLost) {
-          // the last claim's answer never came: it may have taken a job for
-          // this key; give any such job back at once
-          const { rows } = await client.query(RELEASE, [slot.lockKey]);
-          if (rows[0].n > 0) this.log.info(`${slot.lockKey}: released ${rows[0].n} job(s) claimed before the connection was lost`);
-          claimLost = false;
-        }
-        if (this.stopping) break;
-        slot.state = 'claiming';
-        try {
-          ({ rows: [row] } = await client.query(CLAIM, [slot.lockKey, seconds(this.lease), queues, seconds(this.wait)]));
-        } finally {
-          slot.state = 'idle';
-        }
+        ({ rows } = await client.query(CLAIM, [this.key, free, seconds(this.lease), queues, seconds(this.wait)]));
       } catch (err) {
         if (err.code === '57014') continue; // stop() cancelled the waiting claim
         if (SETUP_ERRORS.has(err.code)) {
@@ -434,119 +520,302 @@ export class Worker {
             : new WorkerSetupError(`${missingExtension(client.database)}: ${err.message}`, { cause: err }));
           break;
         }
-        if (isConnectionError(err)) {
-          await this.#dropClient(slot, client);
-          claimLost = true;
+        const lost = isConnectionError(err);
+        if (lost) {
+          await claimer.drop(client);
+          this.#newKey();
         }
-        await slot.backoff.pause(this.log, slot.lockKey, claimLost ? 'connection lost while claiming' : 'claim failed', err, this.stopSignal.signal);
+        await claimer.backoff.pause(this.log, claimer.who, lost ? 'connection lost while claiming' : 'claim failed', err, this.stopSignal.signal);
         continue;
-      }
-      slot.backoff.reset();
-      if (!row) continue;
-      const job = {
-        id: row.id, queue: row.queue, payload: row.payload, tries: row.tries,
-        version: row.version, lockTimeout: row.lock_timeout, lockKey: slot.lockKey, leaseLost: false,
-      };
-      slot.state = 'running';
-      try {
-        await this.#runJob(slot, job);
       } finally {
-        slot.state = 'idle';
+        this.claiming = null;
       }
+      claimer.backoff.reset();
+      if (this.abandoned.signal.aborted) break; // a claim that outlived shutdown: #release gives its jobs back
+      for (const row of rows) this.#startJob(row);
     }
   }
 
-  async #runJob(slot, job) {
+  // The last claim's answer never came: it may have taken jobs for the key.
+  // Claims go on under a new key; the old one is released (pgq_release)
+  // once the jobs known to hold it are finished.
+  #newKey() {
+    const old = this.key;
+    this.key = `${this.name}:${nextKeyNumber++}`;
+    this.retired.add(old);
+    this.log.warn(`worker ${this.name}: a claim's answer was lost: claiming as ${this.key} now, ${old} is released once its jobs are done`);
+    this.#post({ release: old });
+  }
+
+  #startJob(row) {
+    const job = {
+      id: row.id, queue: row.queue, payload: row.payload, tries: row.tries,
+      version: row.version, lockTimeout: row.lock_timeout, lockKey: this.key, leaseLost: false,
+    };
+    job[EXTENDED] = Date.now();
+    this.held.set(job.id, job);
+    this.#emit('jobStarted', job);
+    const run = this.#runJob(job).catch((err) => this.log.error(`${job.lockKey}: job ${job.id}: ${oneLine(err)}`));
+    this.active.add(run);
+    run.finally(() => {
+      this.active.delete(run);
+      this.wakeClaimer?.();
+    });
+  }
+
+  async #runJob(job) {
     const handler = this.handlers.get(job.queue);
-    const beat = setInterval(() => this.#extend(slot, job), (this.lease / 3) * 1000);
     let error = null;
     let retryIn = this.retryDelay;
+    let thrown;
+    const t0 = performance.now();
     try {
       await handler(job);
     } catch (err) {
+      thrown = err;
       if (err instanceof Retry) {
         error = `Retry: ${err.message}`;
         retryIn = err.delay;
       } else {
         error = formatError(err);
-        this.log.warn(`${slot.lockKey}: job ${job.id} of ${job.queue} failed on try ${job.tries}: ${err?.name}: ${err?.message}`);
+        this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed on try ${job.tries}: ${err?.name}: ${err?.message}`);
       }
-    } finally {
-      clearInterval(beat);
-      await job.extending;
     }
-    if (slot.abandoned.signal.aborted) {
-      this.log.warn(`${slot.lockKey}: job ${job.id} finished after shutdown released it: result dropped`);
+    job[DURATION] = performance.now() - t0;
+    if (this.abandoned.signal.aborted) {
+      this.log.warn(`${job.lockKey}: job ${job.id} finished after shutdown released it: result dropped`);
+      this.#forget(job);
       return;
     }
     if (job.leaseLost) {
-      this.log.error(`${slot.lockKey}: lease of job ${job.id} was lost while its handler ran: result not ${error == null ? 'acked' : 'nacked'}`);
+      this.log.error(`${job.lockKey}: lease of job ${job.id} was lost while its handler ran: result not ${error == null ? 'acked' : 'nacked'}`);
+      this.#forget(job);
       return;
     }
-    await this.#finish(slot, job, error, retryIn);
+    if (error == null) this.#post({ ack: job });
+    else this.#post({ nack: job, error, retryIn, thrown });
   }
 
-  // One extension of the job's lease on the slot's connection (idle while the
-  // handler runs); a lost connection is made again by the next beat.
-  #extend(slot, job) {
-    if (job.extending || job.leaseLost) return;
-    job.extending = (async () => {
-      try {
-        const client = await this.#slotClient(slot, slot.abandoned.signal);
-        if (!client) return;
-        const { rows } = await client.query(EXTEND, [job.id, job.lockKey, seconds(this.lease)]);
-        if (rows[0].until == null) {
-          job.leaseLost = true;
-          this.log.error(`${job.lockKey}: lease of job ${job.id} lost (pgq_extend answered NULL): its result will not be acked`);
-        } else {
-          job.lockTimeout = rows[0].until;
-        }
-      } catch (err) {
-        this.log.warn(`${job.lockKey}: extending job ${job.id} failed, next beat tries again: ${oneLine(err)}`);
-        if (isConnectionError(err)) await this.#dropClient(slot);
-      } finally {
-        job.extending = null;
-      }
-    })();
+  // -- the heartbeat -------------------------------------------------------
+
+  // Every lease/6: one statement extends the leases of the jobs held (their
+  // handler runs, or their ack waits) last extended lease/3 ago or more.
+  #heartbeat() {
+    if (this.beating || this.abandoned.signal.aborted) return;
+    const due = Date.now() - (this.lease / 3) * 1000;
+    const jobs = [...this.held.values()].filter((j) => !j.leaseLost && !j[SENT] && j[EXTENDED] <= due);
+    if (!jobs.length) return;
+    this.beating = this.#extend(jobs).finally(() => { this.beating = null; });
   }
 
-  // Ack (error null) or nack the job, resent across lost connections.
-  async #finish(slot, job, error, retryIn) {
-    let resent = false;
-    for (;;) {
-      const client = await this.#slotClient(slot, slot.abandoned.signal);
+  async #extend(jobs) {
+    const { heart } = this;
+    const wait = String(Math.round(Math.min(this.lease / 6, 10) * 1000));
+    let client;
+    try {
+      client = await heart.get(this.abandoned.signal);
       if (!client) return;
-      if (slot.abandoned.signal.aborted) { // stop() released the job meanwhile
-        this.log.warn(`${slot.lockKey}: job ${job.id} released at shutdown before its ${error == null ? 'ack' : 'nack'} was sent`);
-        return;
-      }
-      // what stop() waits for before it releases (sent at once)
-      slot.finishing = (async () => (error == null ? client.query(ACK, [job.id, slot.lockKey])
-        : client.query(NACK, [job.id, slot.lockKey, error, seconds(retryIn)])))();
-      try {
-        const { rows } = await slot.finishing.finally(() => { slot.finishing = null; });
-        if (error == null) {
-          if (!rows[0].ok) {
-            const why = resent ? 'the ack sent before the connection was lost committed'
-              : 'the job is no longer held (lease lost)';
-            this.log[resent ? 'info' : 'error'](`${slot.lockKey}: ack of job ${job.id} answered false: ${why}`);
+      for (const [key, group] of byKey(jobs)) {
+        const extend = async (ids) => (await client.query(EXTEND, [ids, key, seconds(this.lease), wait])).rows;
+        const sentAt = Date.now();
+        let rows;
+        try {
+          rows = await extend(group.map((j) => j.id));
+        } catch (err) {
+          if (err.code !== '55P03') throw err;
+          // a row held by another transaction (lock_timeout): one by one
+          rows = [];
+          const waited = group.length === 1 ? group : [];
+          for (const job of group.length > 1 ? group : []) {
+            try {
+              rows.push(...await extend([job.id]));
+            } catch (e) {
+              if (e.code !== '55P03') throw e;
+              waited.push(job);
+            }
           }
+          for (const job of waited) this.log.warn(`${key}: extending job ${job.id} waited too long for its row, next beat tries again`);
+        }
+        if (this.abandoned.signal.aborted) return; // stop() released the jobs meanwhile
+        for (const { id, until } of rows) {
+          const job = this.held.get(id);
+          if (!job || job[SENT]) continue; // its ack or nack answers for it
+          if (until == null) this.#leaseLost(job, 'pgq_extend answered NULL');
+          else { job.lockTimeout = until; job[EXTENDED] = sentAt; }
+        }
+      }
+      heart.backoff.reset();
+    } catch (err) {
+      this.log.warn(`worker ${this.name}: extending ${jobs.length} job(s) failed, next beat tries again: ${oneLine(err)}`);
+      if (isConnectionError(err)) await heart.drop(client);
+    }
+  }
+
+  #leaseLost(job, why, result = 'acked') {
+    if (job.leaseLost) return;
+    job.leaseLost = true;
+    this.log.error(`${job.lockKey}: lease of job ${job.id} lost (${why}): its result is not ${result}`);
+    this.#emit('leaseLost', job, why);
+  }
+
+  // -- the completer -----------------------------------------------------
+
+  // The job is no longer held by this worker (answered, lost or dropped);
+  // a retired key that held it may be released now.
+  #forget(job) {
+    this.held.delete(job.id);
+    this.wakeClaimer?.();
+    if (job.lockKey !== this.key && this.retired.has(job.lockKey)) this.#post({ release: job.lockKey });
+  }
+
+  // Queues an ack ({ack: job}), a nack ({nack: job, error, retryIn}) or the
+  // release of a retired key ({release}).  Acks wait completeInterval for
+  // others (or until completeBatch wait), the rest goes at once.
+  #post(item) {
+    this.outbox.push(item);
+    if (item.ack == null || this.outbox.length >= this.completeBatch) this.#flush();
+    else this.flushTimer ??= setTimeout(() => this.#flush(), this.completeInterval * 1000);
+  }
+
+  // Sends what the outbox holds now (and what comes meanwhile).
+  #flush() {
+    clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    if (!this.outbox.length) return;
+    this.sending ??= this.#send().finally(() => { this.sending = null; });
+  }
+
+  // Acks in batches (one statement per key and completeBatch jobs), then
+  // nacks one by one, then releases, until the outbox is empty.
+  async #send() {
+    while (this.outbox.length && !this.abandoned.signal.aborted) {
+      const items = this.outbox.splice(0);
+      clearTimeout(this.flushTimer);
+      this.flushTimer = null;
+      const acks = [];
+      for (const { ack } of items) {
+        if (ack == null) continue;
+        if (ack.leaseLost) { // found lost by the heartbeat since its handler ended
+          this.log.error(`${ack.lockKey}: job ${ack.id} not acked: its lease was lost`);
+          this.#forget(ack);
         } else {
-          if (rows[0].state == null && !resent) this.log.error(`${slot.lockKey}: nack of job ${job.id}: the job is no longer held`);
-          else if (rows[0].state === 'failed') this.log.warn(`${slot.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
+          ack[SENT] = true;
+          acks.push(ack);
         }
-        slot.backoff.reset();
-        return;
-      } catch (err) {
-        if (err.code === '57014') { resent = true; continue; } // a stray cancel: rolled back
-        if (!isConnectionError(err)) {
-          this.log.error(`${slot.lockKey}: could not finish job ${job.id} (its lease will run out): ${oneLine(err)}`);
-          return;
-        }
-        resent = true;
-        await this.#dropClient(slot, client);
-        await slot.backoff.pause(this.log, slot.lockKey, `connection lost finishing job ${job.id}`, err, slot.abandoned.signal);
+      }
+      for (const [key, group] of byKey(acks)) {
+        for (let i = 0; i < group.length; i += this.completeBatch) await this.#ack(key, group.slice(i, i + this.completeBatch));
+      }
+      for (const item of items) {
+        if (item.nack != null) await this.#nack(item.nack, item.error, item.retryIn, item.thrown);
+        else if (item.release != null) await this.#releaseRetired(item.release);
       }
     }
   }
+
+  // Runs the statement on the completer's connection, made again and the
+  // statement resent after a lost connection (or a stray cancel: rolled
+  // back); {rows, resent}, or null once stop() released the jobs.
+  async #resend(what, text, values) {
+    const { completer } = this;
+    let resent = false;
+    for (;;) {
+      const client = await completer.get(this.abandoned.signal);
+      if (!client) return null;
+      try {
+        const { rows } = await client.query(text, values);
+        completer.backoff.reset();
+        return { rows, resent };
+      } catch (err) {
+        if (err.code !== '57014' && !isConnectionError(err)) throw err;
+        resent = true;
+        if (err.code === '57014') continue;
+        await completer.drop(client);
+        await completer.backoff.pause(this.log, completer.who, `connection lost ${what}`, err, this.abandoned.signal);
+      }
+    }
+  }
+
+  // pgq_ack_batch of jobs held by key; when it acked fewer, ACK_EACH says
+  // which were no longer held: their leases were lost.
+  async #ack(key, jobs) {
+    const ids = jobs.map((j) => j.id);
+    const what = `acking ${jobs.length} job(s)`;
+    try {
+      let answer;
+      try {
+        answer = await this.#resend(what, ACK_BATCH, [ids, key]);
+      } catch (err) {
+        if (!(err.code === '22P02' && /no longer held/.test(err.message))) {
+          this.log.warn(`${key}: ${what} in one statement failed, acking one by one: ${oneLine(err)}`);
+        }
+        answer = await this.#resend(what, ACK_EACH, [ids, key]);
+      }
+      if (answer == null) {
+        this.log.warn(`${key}: ${jobs.length} job(s) released at shutdown before their ack was answered`);
+        return;
+      }
+      const all = answer.rows.length === 1 && answer.rows[0].n != null;
+      const acked = new Map(all ? ids.map((id) => [id, true]) : answer.rows.map((r) => [r.id, r.ok]));
+      for (const job of jobs) {
+        if (acked.get(job.id)) {
+          this.#emit('jobSucceeded', job, job[DURATION]);
+        } else if (answer.resent) {
+          this.log.info(`${key}: ack of job ${job.id} answered false: the ack sent before the connection was lost committed`);
+          this.#emit('jobSucceeded', job, job[DURATION]);
+        } else {
+          this.#leaseLost(job, 'its ack answered false: another worker took it, or it was cancelled');
+        }
+      }
+    } catch (err) {
+      this.log.error(`${key}: could not ack ${jobs.length} job(s) (their leases will run out): ${oneLine(err)}`);
+    } finally {
+      for (const job of jobs) this.#forget(job);
+    }
+  }
+
+  async #nack(job, error, retryIn, thrown) {
+    job[SENT] = true;
+    try {
+      const answer = await this.#resend(`nacking job ${job.id}`, NACK, [job.id, job.lockKey, error, seconds(retryIn)]);
+      if (answer == null) {
+        this.log.warn(`${job.lockKey}: job ${job.id} released at shutdown before its nack was answered`);
+      } else if (answer.rows[0].state == null && !answer.resent) {
+        this.#leaseLost(job, 'its nack answered NULL: another worker took it, or it was cancelled', 'nacked');
+      } else {
+        if (answer.rows[0].state === 'failed') {
+          this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed for good after ${job.tries} tries`);
+        }
+        this.#emit('jobFailed', job, job[DURATION], thrown);
+      }
+    } catch (err) {
+      this.log.error(`${job.lockKey}: could not nack job ${job.id} (its lease will run out): ${oneLine(err)}`);
+    } finally {
+      this.#forget(job);
+    }
+  }
+
+  // pgq_release of a retired key once no job it holds is still known here.
+  async #releaseRetired(key) {
+    if (!this.retired.has(key)) return;
+    for (const job of this.held.values()) if (job.lockKey === key) return;
+    try {
+      const answer = await this.#resend(`releasing ${key}`, RELEASE, [key]);
+      if (answer == null) return;
+      this.retired.delete(key);
+      this.log.info(`worker ${this.name}: released ${answer.rows[0].n} job(s) of ${key}, claimed before a connection was lost`);
+    } catch (err) {
+      this.log.warn(`worker ${this.name}: releasing ${key} failed (tried again at shutdown): ${oneLine(err)}`);
+    }
+  }
+}
+
+// jobs grouped by lock_key: [[key, jobs], ...]
+function byKey(jobs) {
+  const groups = new Map();
+  for (const job of jobs) {
+    if (!groups.has(job.lockKey)) groups.set(job.lockKey, []);
+    groups.get(job.lockKey).push(job);
+  }
+  return groups;
 }

@@ -2,6 +2,8 @@
 // accept the documented uses and reject wrong ones.
 import { Job, Retry, Worker, push, pushBatch, type Queryable } from 'pgqueue';
 
+interface Email { to: string }
+
 declare const client: Queryable;
 
 async function main(): Promise<void> {
@@ -18,6 +20,21 @@ async function main(): Promise<void> {
   new Worker({ host: '/tmp' }, { concurrency: 'many' });
   // @ts-expect-error a job's id is a string
   w.handle('x', (job) => { const n: number = job.id; return n; });
-  void id; void ids; void started;
+  w.on('jobSucceeded', (job: Job, ms: number) => { const q: string = job.queue; void q; void ms; });
+  w.on('jobFailed', (job, ms, error) => { void job.id; void (ms + 1); void error; });
+  w.once('leaseLost', (job, reason: string) => { const lost: boolean = job.leaseLost; void lost; void reason; });
+  w.on('stopped', (error) => { if (error) void error.message; });
+  w.on('started', () => {}).off('jobStarted', (job) => { void job.tries; });
+  const typed: string = await push<Email>(client, 'emails', { to: 'a@example.com' });
+  await pushBatch<Email>(client, 'emails', [{ to: 'b@example.com' }]);
+  // @ts-expect-error a payload of the wrong type
+  await push<Email>(client, 'emails', { to: 1 });
+  // @ts-expect-error payloads of the wrong type
+  await pushBatch<Email>(client, 'emails', [{ from: 'x' }]);
+  // @ts-expect-error no such event
+  w.on('jobDone', () => {});
+  // @ts-expect-error a duration is a number
+  w.on('jobSucceeded', (job: Job, ms: string) => { void job; void ms; });
+  void id; void ids; void started; void typed;
 }
 void main;

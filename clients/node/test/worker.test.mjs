@@ -68,9 +68,108 @@ test('2,000 jobs over 3 queues, 4 handlers: each done exactly once', async () =>
   const ns = done.map(([, n]) => n).sort((a, b) => a - b);
   assert.deepEqual(ns, Array.from({ length: 2000 }, (_, i) => i));
   assert.ok(done.every(([q, n]) => q === queues[n % 3]));
-  assert.equal(keys.size, 4);
-  for (const k of keys) assert.match(k, new RegExp(`^${os.hostname()}:${process.pid}:\\d+$`));
+  assert.deepEqual([...keys], [w.lockKey], 'one lock_key per worker');
+  assert.match(w.lockKey, new RegExp(`^${os.hostname()}:${process.pid}:\\d+$`));
   assert.ok(most > 1, 'handlers never ran at the same time');
+});
+
+// Calls fn(text, values, result) after each statement of the clients made
+// while it is on; returns the function that turns it off.
+function watchQueries(fn) {
+  const { query } = pg.Client.prototype;
+  pg.Client.prototype.query = function watched(text, values, ...rest) {
+    const p = query.call(this, text, values, ...rest);
+    if (typeof text === 'string' && p && typeof p.then === 'function') {
+      p.then((res) => fn(text, values, res), (err) => fn(text, values, null, err));
+    }
+    return p;
+  };
+  return () => { pg.Client.prototype.query = query; };
+}
+
+test('one claim takes a job for each free handler, never more', async () => {
+  const q = queueName();
+  const ids = await pushBatch(app, q, Array.from({ length: 11 }, (_, n) => ({ n })));
+  await waitUntil(async () => (await jobRows(admin, q)).every((r) => r.state === 'scheduled'), 20000, 'scheduling');
+  const claims = []; // [asked, got]
+  const unwatch = watchQueries((text, values, res) => {
+    if (text.includes('FROM pgq_claim(')) claims.push([Number(values[1]), res ? res.rows.length : -1]);
+  });
+  let gate;
+  const open = new Promise((r) => { gate = r; });
+  const started = [];
+  let w;
+  try {
+    w = worker(q, async (job) => { started.push(job.lockKey); await open; }, { concurrency: 8, wait: 1 });
+    await waitUntil(() => started.length === 8, 20000, '8 handlers');
+    await sleep(300);
+    assert.equal(started.length, 8, 'a handler started beyond concurrency');
+    gate();
+    await waitUntil(async () => (await jobRows(admin, q)).length === 0, 20000, 'all acked');
+    await w.stop();
+  } finally {
+    unwatch();
+    gate();
+    await w?.stop();
+  }
+  assert.deepEqual(claims[0], [8, 8], `claims: ${JSON.stringify(claims)}`);
+  assert.equal(started.length, ids.length);
+  assert.equal(new Set(started).size, 1);
+  // a claim asks for the free handlers only: 3 jobs were left, up to 8 free
+  assert.ok(claims.slice(1).every(([asked]) => asked >= 1 && asked <= 8), JSON.stringify(claims));
+  assert.equal(claims.reduce((n, [, got]) => n + Math.max(got, 0), 0), ids.length);
+});
+
+test('a claim whose answer was lost: its jobs are released once the jobs under its key are done', async () => {
+  // A runs under the worker's key; the claim that takes B commits, but its
+  // answer is lost with the connection: B is held by the key and nobody
+  // knows.  The worker goes on under a new key and releases the old one as
+  // soon as A is acked (not before: A would run again).
+  const q = queueName();
+  const a = await push(app, q, { n: 0 });
+  let gate;
+  const open = new Promise((r) => { gate = r; });
+  const runs = [];
+  const logger = keepingLogger();
+  const { query } = pg.Client.prototype;
+  let lose = false;
+  pg.Client.prototype.query = function losing(text, ...rest) {
+    const p = query.call(this, text, ...rest);
+    if (!(typeof text === 'string' && text.includes('FROM pgq_claim('))) return p;
+    return p.then((res) => {
+      if (!lose || !res.rows.length) return res;
+      lose = false;
+      this.connection.stream.destroy();
+      throw Object.assign(new Error('connection reset (test)'), { code: 'ECONNRESET' });
+    });
+  };
+  let w;
+  let b;
+  let first;
+  try {
+    w = worker(q, async (job) => {
+      runs.push(`${job.id} ${job.tries} ${job.lockKey}`);
+      if (job.id === a) await open;
+    }, { concurrency: 2, wait: 1, logger });
+    await waitUntil(() => runs.length === 1, 20000, 'A to start');
+    first = w.lockKey;
+    lose = true;
+    b = await push(app, q, { n: 1 });
+    await waitUntil(() => !lose, 20000, 'the lost claim');
+    await sleep(500);
+    const rows = await jobRows(admin, q);
+    assert.deepEqual(rows.map((r) => [r.id, r.lock_key]).sort(), [[a, first], [b, first]].sort(), 'released before A was done');
+    assert.notEqual(w.lockKey, first);
+    gate();
+    await waitUntil(async () => (await jobRows(admin, q)).length === 0, 10000, 'B released, claimed again and acked');
+    await w.stop();
+  } finally {
+    pg.Client.prototype.query = query;
+    gate();
+    await w?.stop();
+  }
+  assert.deepEqual(runs, [`${a} 1 ${first}`, `${b} 2 ${w.lockKey}`]);
+  assert.ok(logger.lines.some((l) => l.includes(`released 1 job(s) of ${first}`)), logger.lines.join('\n'));
 });
 
 test('a handler that throws is retried, then failed (dead letter)', async () => {
@@ -122,6 +221,70 @@ test('a handler slower than the lease keeps its job (heartbeat)', async () => {
   assert.equal(calls[0][1], 1);
   assert.ok(first.lockKeys.includes(calls[0][0]));
   assert.equal(await counter(admin, 'leases_stolen'), stolenBefore);
+});
+
+test('a stalled extension does not hold up the others\' (lock_timeout, then one by one)', async () => {
+  const q = queueName();
+  const [a, b] = await pushBatch(app, q, [{ n: 0 }, { n: 1 }]);
+  const logger = keepingLogger();
+  const started = new Set();
+  const w = worker(q, async (job) => { started.add(job.id); await sleep(4500); },
+    { concurrency: 2, lease: 1.5, wait: 1, logger });
+  const locker = await connect(adminConfig);
+  try {
+    await waitUntil(() => started.size === 2, 20000, '2 handlers');
+    await locker.query('BEGIN');
+    await locker.query('SELECT id FROM pgqueue.work_queue WHERE id = $1 FOR UPDATE', [a]);
+    // while a's row is locked, b's lease must keep moving
+    const seen = [];
+    for (let i = 0; i < 12; i++) {
+      await sleep(200);
+      const { rows: [r] } = await admin.query(
+        'SELECT lock_key, lock_timeout > clock_timestamp() AS live, lock_timeout FROM pgqueue.work_queue WHERE id = $1', [b]);
+      seen.push(r);
+    }
+    assert.ok(seen.every((r) => r.live && r.lock_key === w.lockKey), JSON.stringify(seen));
+    assert.ok(seen.at(-1).lock_timeout > seen[0].lock_timeout, 'b was not extended');
+    await locker.query('ROLLBACK');
+    await waitUntil(async () => (await jobRows(admin, q)).length === 0, 20000, 'both acked');
+  } finally {
+    await locker.end();
+    await w.stop();
+  }
+  assert.ok(logger.lines.some((l) => l.startsWith('warn') && l.includes(`extending job ${a} waited too long`)), logger.lines.join('\n'));
+  assert.ok(!logger.lines.some((l) => l.startsWith('error')), logger.lines.join('\n'));
+});
+
+test('a worker at concurrency 16 uses at most 3 server connections', { skip: PASS !== 'direct' && 'direct pass only (PgBouncer sets application_name on server connections it shares)' }, async () => {
+  const q = queueName();
+  const appName = `pgq-test-${q}`;
+  await pushBatch(app, q, Array.from({ length: 40 }, (_, n) => ({ n })));
+  let running = 0;
+  let most = 0;
+  let done = 0;
+  const w = new Worker({ ...config, application_name: appName }, { concurrency: 16, lease: 1.5, wait: 1, logger: quiet });
+  w.handle(q, async () => {
+    running += 1;
+    most = Math.max(most, running);
+    await sleep(1200);
+    running -= 1;
+    done += 1;
+  });
+  const stopped = w.run({ signals: false });
+  let peak = 0;
+  try {
+    while (done < 40) {
+      const { rows: [r] } = await admin.query(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [appName]);
+      peak = Math.max(peak, r.n);
+      await sleep(100);
+    }
+  } finally {
+    await w.stop();
+    await stopped;
+  }
+  assert.equal(most, 16, 'the handlers did not all run at once');
+  assert.ok(peak >= 1 && peak <= 3, `${peak} server connections`);
 });
 
 test('a lost lease is not acked, and this is logged', async () => {
@@ -222,7 +385,7 @@ test('stop() lets an ack on its way land before it releases what is still held',
   let acks = 0;
   const { query } = pg.Client.prototype;
   pg.Client.prototype.query = function slowAck(text, ...rest) {
-    if (typeof text === 'string' && text.startsWith('SELECT pgq_ack(')) {
+    if (typeof text === 'string' && /pgq_ack(_batch)?\(/.test(text)) {
       acks += 1;
       return sleep(1500).then(() => query.call(this, text, ...rest));
     }
@@ -236,13 +399,102 @@ test('stop() lets an ack on its way land before it releases what is still held',
     await sleep(2000); // an ack that stop() left behind lands now
   } finally {
     pg.Client.prototype.query = query;
-    // a slot that stop() left behind keeps its connection (and this process) open
-    await Promise.all(w.slots.map((s) => s.client?.end().catch(() => {})));
   }
   assert.deepEqual(done, [id]);
   assert.equal(acks, 1);
   assert.deepEqual(await jobRows(admin, q), [], 'the job was released while its ack was on its way');
   assert.ok(!logger.lines.some((l) => /answered false|released 1 job/.test(l)), logger.lines.join('\n'));
+});
+
+test('a batch of acks with a job another worker took: the others are acked, that one reported lost', async () => {
+  const q = queueName();
+  const ids = await pushBatch(app, q, [{ n: 0 }, { n: 1 }, { n: 2 }]);
+  const logger = keepingLogger();
+  const statements = [];
+  const unwatch = watchQueries((text, values, res, err) => {
+    if (/pgq_ack/.test(text)) statements.push([text.includes('pgq_ack_batch') ? 'batch' : 'each', values[0].length, err ? err.code : 'ok']);
+  });
+  let gate;
+  const open = new Promise((r) => { gate = r; });
+  const jobs = new Map();
+  let w;
+  try {
+    w = worker(q, async (job) => { jobs.set(job.id, job); await open; },
+      { concurrency: 3, wait: 1, completeInterval: 0.3, logger });
+    await waitUntil(() => jobs.size === 3, 20000, '3 handlers');
+    // the lease of ids[1] runs out and another worker takes it
+    await admin.query("UPDATE pgqueue.work_queue SET lock_timeout = now() - interval '1 second' WHERE id = $1", [ids[1]]);
+    const { rows } = await admin.query("SELECT id FROM pgq_claim('intruder', 1, '1 minute', ARRAY[$1])", [q]);
+    assert.deepEqual(rows, [{ id: ids[1] }]);
+    gate();
+    await waitUntil(async () => (await jobRows(admin, q)).length === 1, 10000, 'the acks');
+    await waitUntil(() => jobs.get(ids[1]).leaseLost, 5000, 'the lost lease');
+    await w.stop();
+  } finally {
+    unwatch();
+    gate();
+    await w?.stop();
+  }
+  assert.deepEqual((await jobRows(admin, q)).map((r) => [r.id, r.lock_key]), [[ids[1], 'intruder']]);
+  assert.deepEqual(statements, [['batch', 3, '22P02'], ['each', 3, 'ok']]);
+  assert.deepEqual(ids.map((id) => jobs.get(id).leaseLost), [false, true, false]);
+  const lost = logger.lines.filter((l) => l.startsWith('error') && l.includes('lease of job'));
+  assert.equal(lost.length, 1, logger.lines.join('\n'));
+  assert.ok(lost[0].includes(ids[1]) && lost[0].includes('not acked'), lost[0]);
+  assert.ok(!logger.lines.some((l) => /answered false: the ack sent before/.test(l)));
+});
+
+test('stop() sends the acks still waiting for their batch before it releases', async () => {
+  const q = queueName();
+  const ids = await pushBatch(app, q, [{ n: 0 }, { n: 1 }, { n: 2 }]);
+  const logger = keepingLogger();
+  const done = [];
+  let acks = 0;
+  const unwatch = watchQueries((text) => { if (/pgq_ack/.test(text)) acks += 1; });
+  let w;
+  try {
+    w = worker(q, async (job) => { done.push(job.id); }, { concurrency: 3, wait: 1, completeInterval: 60, logger });
+    await waitUntil(() => done.length === 3, 20000, '3 jobs done');
+    await sleep(500);
+    assert.equal(acks, 0, 'acked before completeInterval');
+    assert.equal((await jobRows(admin, q)).length, 3);
+    await w.stop();
+  } finally {
+    unwatch();
+    await w?.stop();
+  }
+  assert.equal(acks, 1);
+  assert.deepEqual(await jobRows(admin, q), []);
+  assert.deepEqual(done.sort(), [...ids].sort());
+  assert.ok(!logger.lines.some((l) => /released \d+ job/.test(l)), logger.lines.join('\n'));
+});
+
+test('a worker killed between the end of a handler and its ack: the job runs again, once', async () => {
+  const q = queueName();
+  const id = await push(app, q);
+  const log = path.join(tmp, `${q}.log`);
+  // acks wait 60 s for their batch: the kill comes first
+  const p = startProc(q, log, ['1', '2', '0', '30', '60']);
+  try {
+    await waitUntil(() => logLines(log, 'done').length, 30000, 'the handler to finish');
+    await sleep(200);
+    p.kill('SIGKILL');
+    await exited(p);
+  } finally {
+    p.kill('SIGKILL');
+  }
+  assert.deepEqual(logLines(log, 'start'), [[id, '1']]);
+  assert.deepEqual((await jobRows(admin, q)).map((r) => r.id), [id], 'acked before the kill');
+  const runs = [];
+  const w = worker(q, async (job) => { runs.push([job.id, job.tries]); }, { concurrency: 2, wait: 1 });
+  await waitUntil(async () => (await jobRows(admin, q)).length === 0, 30000, 'the job done again');
+  await sleep(500);
+  await w.stop();
+  // tries: 2, or 3 through PgBouncer, where the dead worker's waiting claim
+  // can outlive it, take the job and hold it for a lease
+  assert.equal(runs.length, 1, JSON.stringify(runs));
+  assert.equal(runs[0][0], id);
+  assert.ok(runs[0][1] >= 2, String(runs[0][1]));
 });
 
 test('the server restarted under a running worker: it reconnects, the rest is done once', async () => {
@@ -262,6 +514,62 @@ test('the server restarted under a running worker: it reconnects, the rest is do
   await waitUntil(async () => (await jobRows(admin, q)).length === 0, 30000, 'the last acks');
   await w.stop();
   assert.deepEqual([...done].sort(), [...ids].sort());
+});
+
+test('events: started, jobStarted, jobSucceeded, jobFailed, leaseLost, stopped', async () => {
+  const q = queueName();
+  const [good, bad, lost] = await pushBatch(app, q, [{ n: 0 }, { n: 1 }, { n: 2 }]);
+  const logger = keepingLogger();
+  const events = [];
+  let gate;
+  const open = new Promise((r) => { gate = r; });
+  const w = new Worker(config, { concurrency: 3, wait: 1, completeInterval: 0.2, logger });
+  const boom = new RangeError('boom');
+  w.handle(q, async (job) => {
+    await open;
+    await sleep(50);
+    if (job.id === bad) throw boom;
+  });
+  for (const name of ['started', 'stopped', 'jobStarted', 'jobSucceeded', 'jobFailed', 'leaseLost']) {
+    w.on(name, (...args) => events.push([name, ...args]));
+  }
+  w.on('jobStarted', () => { throw new Error('a listener that throws'); });
+  const running = w.run({ signals: false });
+  try {
+    await waitUntil(() => events.filter(([e]) => e === 'jobStarted').length === 3, 20000, '3 jobs started');
+    await admin.query("UPDATE pgqueue.work_queue SET lock_key = 'intruder' WHERE id = $1", [lost]);
+    gate();
+    await waitUntil(() => events.length === 7, 10000, 'the outcomes');
+  } finally {
+    gate();
+    await w.stop();
+    await running;
+  }
+  const names = events.map(([e, job]) => (job?.id ? `${e} ${[good, bad, lost].indexOf(job.id)}` : e));
+  assert.equal(names[0], 'started');
+  assert.deepEqual(names.slice(1, 4).sort(), ['jobStarted 0', 'jobStarted 1', 'jobStarted 2']);
+  assert.deepEqual(names.slice(4, 7).sort(), ['jobFailed 1', 'jobSucceeded 0', 'leaseLost 2']);
+  assert.deepEqual(events.at(-1), ['stopped', null]);
+  const by = (e) => events.find(([n]) => n === e);
+  assert.ok(by('jobSucceeded')[2] >= 45 && by('jobSucceeded')[2] < 5000, String(by('jobSucceeded')[2]));
+  assert.ok(by('jobFailed')[2] >= 45, String(by('jobFailed')[2]));
+  assert.equal(by('jobFailed')[3], boom);
+  assert.equal(by('leaseLost')[1].leaseLost, true);
+  assert.match(by('leaseLost')[2], /another worker took it/);
+  assert.equal(logger.lines.filter((l) => l.includes("a 'jobStarted' listener threw: a listener that throws")).length, 3);
+  const rows = await jobRows(admin, q);
+  assert.deepEqual(rows.map((r) => [r.id, r.state, r.lock_key]).sort(), [[bad, 'retry', null], [lost, 'scheduled', 'intruder']].sort());
+});
+
+test('a worker that stops for its setup says so in \'stopped\'', { skip: PASS !== 'direct' && 'direct pass only' }, async () => {
+  const w = new Worker({ ...config, database: 'postgres' }, { concurrency: 1, logger: quiet });
+  w.handle(queueName(), async () => {});
+  const seen = [];
+  w.on('started', () => seen.push('started'));
+  w.on('stopped', (err) => seen.push(err));
+  await assert.rejects(w.run({ signals: false }), WorkerSetupError);
+  assert.equal(seen.length, 1);
+  assert.ok(seen[0] instanceof WorkerSetupError, String(seen[0]));
 });
 
 test('a missing extension stops the worker with the reason', { skip: PASS !== 'direct' && 'direct pass only' }, async () => {
