@@ -381,6 +381,29 @@ class Sys4(System):
         if self.mock:
             self.background_call = "CALL pgqueue.mock_scheduler_loop(100, 1.0)"
 
+    def slots(self, conn):
+        """The rings at the end of the hold, where the held-back VACUUM
+        workload reads them: per table and state (pgqueue.slots; a partition
+        without a row there, slot 0 among them before a turn, counts as
+        live), how many partitions, their dead row versions (n_dead_tup)
+        and their size in kB.  None without pgqueue.slots (1.0, the mock)."""
+        if scalar(conn, "SELECT to_regclass('pgqueue.slots') IS NOT NULL") is not True:
+            return None
+        ring = {}
+        for tbl, state, n, dead, kb in conn.execute("""
+SELECT p.relname, coalesce(s.state, 'live'), count(*),
+       sum(coalesce(st.n_dead_tup, 0))::bigint, (sum(pg_total_relation_size(c.oid)) / 1024)::bigint
+  FROM pg_inherits i
+  JOIN pg_class p ON p.oid = i.inhparent
+  JOIN pg_namespace n ON n.oid = p.relnamespace AND n.nspname = 'pgqueue'
+  JOIN pg_class c ON c.oid = i.inhrelid
+  LEFT JOIN pg_stat_user_tables st ON st.relid = c.oid
+  LEFT JOIN pgqueue.slots s ON s.tbl = p.relname AND c.relname = s.tbl || '_' || s.slot
+ WHERE p.relname IN ('queue', 'work_queue')
+ GROUP BY 1, 2 ORDER BY 1, 2""").fetchall():
+            ring.setdefault(tbl, {})[state] = {"partitions": n, "dead": dead, "kb": kb}
+        return ring
+
     @property
     def search_path(self):
         return "%s,%s" % (self.schema, self.ext_schema)
