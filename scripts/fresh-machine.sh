@@ -142,8 +142,8 @@ timed() {
 
 # --- README's two commands -----------------------------------------------------
 # the sh block of the section "Two commands", comments dropped
-mapfile -t COMMANDS < <(awk '/^## Two commands/ { s = 1 } s && /^```sh/ { b = 1; next }
-	b && /^```/ { exit } b { sub(/[ \t]*#.*/, ""); if ($0 != "") print }' "$SRC/README.md")
+mapfile -t COMMANDS < <(awk -v heading='^## Two commands' -f "$SRC/scripts/sh-block.awk" "$SRC/README.md" |
+	sed -e 's/[ \t]*#.*//' -e '/^$/d')
 if [ ${#COMMANDS[@]} != 2 ] || [[ ${COMMANDS[0]} != *demo.sh* ]] || [[ ${COMMANDS[1]} != *test.sh* ]]; then
 	echo "fresh-machine.sh: README's Two commands are not a demo.sh and a test.sh command: ${COMMANDS[*]}" >&2
 	exit 2
@@ -266,7 +266,7 @@ if [ "${FRESH_SUDO:-1}" != 0 ]; then
 	# checkout (they write venv/, node_modules/, package.json; the copy is
 	# also the pages' /path/to/pgqueue); apt-get's question, if it has one,
 	# is answered yes
-	clients=$(awk '/^## Install$/ { s = 1 } s && /^```sh/ { b = 1; next } b && /^```/ { exit } b' "$SRC/docs/clients.md" |
+	clients=$(awk -v heading='^## Install$' -f "$SRC/scripts/sh-block.awk" "$SRC/docs/clients.md" |
 		sed 's|/path/to/pgqueue/|/home/user/app/|g')
 	dashboard=$(grep -E '^npm ci .*--prefix dashboard' "$SRC/docs/operations.md" | sed 's/[ \t]*#.*//')
 	in_root runuser -u user -- cp -a "$CHECKOUT" /home/user/app

@@ -179,7 +179,7 @@ done
 # package must import, also after a plain `npm install` there.
 readme_npm_install() {
 	local pristine=$WORK/pristine app lines
-	lines=$(awk '/^## Install$/ { s = 1 } s && /^```sh/ { b = 1; next } b && /^```/ { exit } b' "$SRC/docs/clients.md" |
+	lines=$(awk -v heading='^## Install$' -f "$SRC/scripts/sh-block.awk" "$SRC/docs/clients.md" |
 		grep -E '^npm ' | sed -e "s|/path/to/pgqueue/|$pristine/|g")
 	[ -n "$lines" ] || { echo "no npm line in the Install section of docs/clients.md"; return 1; }
 	mkdir -p "$pristine" && tar -C "$SRC" --exclude=node_modules -cf - clients/node | tar -C "$pristine" -xf - ||
