@@ -366,8 +366,8 @@ if st_rows:
         f"## Latency: steady load, {E['PRODUCERS']} producers at {float(E['RATE']):g} jobs/s in all,"
         f" one worker at concurrency {E['STEADY_CONCURRENCY']}",
         "",
-        "| worker | p50 ms | p90 ms | p99 ms | max ms | jobs/s pushed | worker CPU µs/job | server CPU µs/job |",
-        "|---|---|---|---|---|---|---|---|",
+        "| worker | p50 ms | p90 ms | p99 ms | max ms | jobs/s pushed | push p99 ms | worker CPU µs/job | server CPU µs/job |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for lib in libs:
         rs = [r for r in st_rows if r["client"] == lib]
@@ -376,12 +376,18 @@ if st_rows:
                      for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")]
             lines.append(f"| {LIB[lib]} | " + " | ".join(cells)
                          + f" | {med([r['pushed_per_s'] for r in rs]):,.0f}"
+                         f" | {med([r['due_to_commit_p99_ms'] for r in rs]):.1f}"
                          f" | {med([us(r, 'client_ticks') for r in rs]):,.0f}"
                          f" | {med([us(r, 'server_ticks') for r in rs]):,.0f} |")
     lines += ["", f"Per run: {E['STEADY']} s of pushes, the first {E['WARMUP']} s left out of the"
               " latencies; jobs measured, missing (pushed, no handler start recorded) and below 0"
               " (the handler started before the producer read its clock after the commit) are in"
-              " the table of every run."]
+              " the table of every run. Push p99: from a push's due time to its commit's return"
+              " (the push itself, and how late it started)."]
+    slow = [r for r in st_rows if r["pushed_per_s"] < 0.95 * float(E["RATE"])]
+    if slow:
+        lines += ["", f"**The producers fell short of the rate in {len(slow)} run(s)** (below 95 % of"
+                  f" {float(E['RATE']):g} jobs/s): the load was not the one asked for; lower --rate."]
 
 lines += [
     "",
