@@ -17,18 +17,24 @@ time, as the producer sees it) and keeps it with the job's id.  The worker
 reads the same clock (time.monotonic_ns(), process.hrtime.bigint()) first
 thing in the handler and writes the job's id and that time to a file when
 it stops.  The two are joined by job id: latency = handler start - commit
-return.  It is an upper bound of commit -> start in one way (the scheduler
-and a claim may act on the commit before the producer process reads its
-clock; such a job's latency is small or below 0, and counted as it is) and
-includes the scheduler's pass (woken by the commit) and the claim.  Jobs due
-in the first --warmup seconds are left out of the figures.
+return, which includes the scheduler's pass (woken by the commit) and the
+claim.  It starts when the producer learns of the commit, a little after
+the commit is visible in the server: the scheduler and a claim may act on
+it before the producer process reads its clock, so a job's latency may be
+below 0 (counted as it is, and counted apart).  Jobs due in the first
+--warmup seconds are left out of the figures.
 
 CPU: the worker's (utime + stime, /proc/self/stat) from just before the
 first push's due time to after the last handler started (and 0.1 s for the
 acks); the server's (procstat.server_ticks) from the same start until the
 worker and the producers have disconnected: it includes the producers'
 backends (the pushes), the scheduler and the worker's backends.  Both per
-job pushed.  Prints one JSON line.
+job pushed.
+
+Prints one JSON line: jobs (pushed), pushed_per_s, due_to_commit_p99_ms (a
+push's due time to its return), handled, measured, missing (pushed after
+the warmup, never started), below_zero, p50_ms, p90_ms, p99_ms, min_ms,
+max_ms, client_ticks, server_ticks.
 """
 
 import argparse
