@@ -27,7 +27,7 @@
 #               and the server's (the postmaster and all its processes,
 #               ended backends included: clients/procstat.py).
 #
-#   sudo bash bench/clients.sh                       # writes bench/CLIENTS.md (about 25 minutes)
+#   sudo bash bench/clients.sh                       # writes bench/CLIENTS.md (about 15 minutes on 2 cores)
 #   sudo bash bench/clients.sh --jobs 2000 --rounds 1 --steady-seconds 5 --out /tmp/clients.md  # a short check
 #   sudo bash bench/clients.sh --clients "pgbench pgbatch python" --out /tmp/py.md   # some of them
 #
@@ -84,7 +84,7 @@ for client in $CLIENTS; do
 done
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 export PGQ_PORTS=${PGQ_PORTS:-5800-5849}
-log() { printf '==> %s\n' "$*" >&2; }
+log() { printf '==> %s %s\n' "$(date -u +%T)" "$*" >&2; }
 has() { [[ " $CLIENTS " == *" $1 "* ]]; }
 
 need=()
@@ -266,7 +266,7 @@ V_NODE=$(node --version 2>/dev/null || echo '(none)')
 V_NODEPG=$(cd "$WORK/tree/clients/node" && node -p 'require("pg/package.json").version' 2>/dev/null || echo "(not run)")
 V_NODELIB=$(cd "$WORK/tree/clients/node" && node -p 'require("./package.json").version' 2>/dev/null || echo "?")
 V_PGBENCH=$("$PGQ_BIN/pgbench" --version)
-SETTINGS=$(psql_admin -d "$PGQ_DB" -Atc "SELECT string_agg(name || ' = ' || setting || coalesce(' ' || unit, ''), ', ' ORDER BY name)
+SETTINGS=$(psql_admin -d "$PGQ_DB" -Atc "SELECT string_agg(name || ' = ' || current_setting(name), ', ' ORDER BY name)
 	FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'shared_buffers', 'max_connections',
 	'pgqueue.naptime', 'pgqueue.batch_size', 'wal_level', 'checkpoint_timeout', 'max_wal_size')")
 /usr/bin/python3 - <<'PY'
@@ -286,6 +286,10 @@ LIB = {"python": "Python", "node": "Node"}
 def us(r, key):
     """CPU µs per job of a run, from its ticks."""
     return r[key] / TICK * 1e6 / r["jobs"]
+
+
+def f_us(x):
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
 
 
 def runs(client, c, mode="drain"):
@@ -332,7 +336,7 @@ mem = next((l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTota
 lines = [
     "# Worker libraries against their targets",
     "",
-    f"Written by `{E['COMMAND']}`, started {E['STARTED']}: {rounds} rounds, the clients interleaved in"
+    f"Written by `{E['COMMAND']}`, started {E['STARTED']}: {rounds} round{'s' if rounds > 1 else ''}, the clients interleaved in"
     f" each round; figures are medians over the rounds (in parentheses: the lowest and highest round).",
     "",
     "## Against the targets",
@@ -342,7 +346,8 @@ lines = [
 ]
 lines += [f"| {w} | {f} | {t} | {'met' if m else '**not met**'} |" for w, f, t, m in targets]
 if rounds < 5:
-    lines += ["", f"Only {rounds} round(s): not the targets' measure (5 or more rounds), a check that the bench runs."]
+    lines += ["", f"Only {rounds} round{'s' if rounds > 1 else ''}: not the targets' measure (5 or more"
+              " rounds), a check that the bench runs."]
 lines += [
     "",
     "A ratio is the median over the rounds of the library's jobs/s over the jobs/s of the pgbench"
@@ -358,8 +363,8 @@ for c in (8, 1):
         rs = runs(client, c)
         if rs:
             lines.append(f"| {c} | {NAME[client]} | {med([r['jobs_per_s'] for r in rs]):,.0f}"
-                         f" | {med([us(r, 'client_ticks') for r in rs]):,.0f}"
-                         f" | {med([us(r, 'server_ticks') for r in rs]):,.0f} |")
+                         f" | {f_us(med([us(r, 'client_ticks') for r in rs]))}"
+                         f" | {f_us(med([us(r, 'server_ticks') for r in rs]))} |")
 st_rows = [r for r in rows if r["mode"] == "steady"]
 if st_rows:
     lines += [
@@ -378,8 +383,8 @@ if st_rows:
             lines.append(f"| {LIB[lib]} | " + " | ".join(cells)
                          + f" | {med([r['pushed_per_s'] for r in rs]):,.0f}"
                          f" | {med([r['due_to_commit_p99_ms'] for r in rs]):.1f}"
-                         f" | {med([us(r, 'client_ticks') for r in rs]):,.0f}"
-                         f" | {med([us(r, 'server_ticks') for r in rs]):,.0f} |")
+                         f" | {f_us(med([us(r, 'client_ticks') for r in rs]))}"
+                         f" | {f_us(med([us(r, 'server_ticks') for r in rs]))} |")
     lines += ["", f"Per run: {E['STEADY']} s of pushes, the first {E['WARMUP']} s left out of the"
               " latencies; jobs measured, missing (pushed, no handler start recorded) and below 0"
               " (the handler started before the producer read its clock after the commit) are in"
@@ -442,7 +447,7 @@ for r in rows:
     else:
         lat, cnt, rate = "", "", f"{r['jobs_per_s']:,.0f}"
     lines.append(f"| {r['round']} | {r['mode']} | {r['client']} | {r['concurrency']} | {r['jobs']:,} | {rate}"
-                 f" | {lat} | {cnt} | {us(r, 'client_ticks'):,.0f} | {us(r, 'server_ticks'):,.0f}"
+                 f" | {lat} | {cnt} | {f_us(us(r, 'client_ticks'))} | {f_us(us(r, 'server_ticks'))}"
                  f" | {r['load_start']} | {r['load_end']} |")
 open(E["OUT"], "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
