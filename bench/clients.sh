@@ -310,7 +310,14 @@ def spread(q, fmt):
     return f"{fmt(med(q))} ({fmt(q[0])}-{fmt(q[-1])})" if len(q) > 1 else fmt(q[0])
 
 
-targets = []   # (what, figure, target, met)
+def cpu_cell(rs):
+    """Median CPU µs/job of runs: client / server."""
+    return (f"{f_us(med([us(r, 'client_ticks') for r in rs]))}"
+            f" / {f_us(med([us(r, 'server_ticks') for r in rs]))}")
+
+
+SHORT = {"pgbench": "pgbench", "pgbatch": "batch loop", "python": "Python", "node": "Node"}
+targets = []   # (what, figure, target, met, CPU)
 for c, base, want in ((8, "pgbench", 4.0), (8, "pgbatch", 0.5), (1, "pgbench", 1.0)):
     if base not in clients:
         continue
@@ -318,7 +325,8 @@ for c, base, want in ((8, "pgbench", 4.0), (8, "pgbatch", 0.5), (1, "pgbench", 1
         q = ratios(lib, base, c)
         if q:
             targets.append((f"{LIB[lib]} worker / {NAME[base]}, concurrency {c}",
-                            spread(q, lambda x: f"{x:.2f}x"), f">= {want:g}x", med(q) >= want))
+                            spread(q, lambda x: f"{x:.2f}x"), f">= {want:g}x", med(q) >= want,
+                            f"{LIB[lib]} {cpu_cell(runs(lib, c))}; {SHORT[base]} {cpu_cell(runs(base, c))}"))
 for lib in libs:
     st = runs(lib, int(E["STEADY_CONCURRENCY"]), "steady")
     for p, want in (("p50", 5), ("p99", 20)):
@@ -328,7 +336,7 @@ for lib in libs:
             targets.append((f"{LIB[lib]} worker, steady load, commit -> handler start, {p}",
                             spread(q, lambda x: f"{x:.1f} ms")
                             + (f", {lost} jobs never started" if lost else ""),
-                            f"<= {want} ms", med(q) <= want and not lost))
+                            f"<= {want} ms", med(q) <= want and not lost, f"{LIB[lib]} {cpu_cell(st)}"))
 
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 cores = os.cpu_count()
@@ -341,17 +349,19 @@ lines = [
     "",
     "## Against the targets",
     "",
-    "| measure | figure | target | |",
-    "|---|---|---|---|",
+    "| measure | figure | target | | CPU µs/job, client / server |",
+    "|---|---|---|---|---|",
 ]
-lines += [f"| {w} | {f} | {t} | {'met' if m else '**not met**'} |" for w, f, t, m in targets]
+lines += [f"| {w} | {f} | {t} | {'met' if m else '**not met**'} | {u} |" for w, f, t, m, u in targets]
 if rounds < 5:
     lines += ["", f"Only {rounds} round{'s' if rounds > 1 else ''}: not the targets' measure (5 or more"
               " rounds), a check that the bench runs."]
 lines += [
     "",
     "A ratio is the median over the rounds of the library's jobs/s over the jobs/s of the pgbench"
-    " run of the same round and concurrency (run just before it).",
+    " run of the same round and concurrency (run just before it). CPU: medians over the rounds,"
+    " of the client process (the worker, or pgbench) and of the whole server, per job; for the"
+    " steady load the server's includes the pushes.",
     "",
     f"## Throughput: drains of {jobs:,} jobs",
     "",
