@@ -149,3 +149,87 @@ export class WorkerSetupError extends Error {}
 
 /** `Name: message` and the top frames of the stack, as recorded in last_error. */
 export function formatError(err: unknown): string;
+
+// -- operating queues (admin.js; the role needs pgqueue_admin) -------------
+
+/** A call needs an object of pgqueue 1.1 that the database's installation lacks; the message says what to run. */
+export class NeedsNewerExtension extends Error {}
+
+/** One queue's row of pgq_stats(). */
+export interface QueueStats {
+  queue: string;
+  pending: number;
+  retry: number;
+  /** In work_queue, not held by a live lease. */
+  scheduled: number;
+  /** Held by a live lease. */
+  inFlight: number;
+  failed: number;
+  oldestReady: Date | null;
+  [column: string]: unknown;
+}
+
+/** pgq_counters(): cumulative since the server started (the library preloaded). */
+export interface Counters {
+  pushed: number;
+  scheduled: number;
+  claimed: number;
+  acked: number;
+  nacked: number;
+  failed: number;
+  leasesStolen: number;
+  schedulerPasses: number;
+  statsReset: Date | null;
+  [column: string]: unknown;
+}
+
+export type JobState = 'pending' | 'retry' | 'scheduled' | 'running' | 'failed';
+export type PurgeState = 'pending' | 'retry' | 'failed';
+export const JOB_STATES: readonly JobState[];
+export const PURGE_STATES: readonly PurgeState[];
+
+/** A row of the pgqueue.jobs view (pgqueue 1.1). */
+export interface JobRow<P = any> {
+  id: string;
+  queue: string;
+  state: JobState;
+  priority: number;
+  runAfter: Date;
+  created: Date;
+  tries: number;
+  maxTries: number;
+  lockKey: string | null;
+  lockTimeout: Date | null;
+  lastError: string | null;
+  payload: P;
+}
+
+/** A queue's settings for configure(); a setting left out stays as it is. */
+export interface QueueSettings {
+  weight?: number;
+  /** Cap on the queue's rows in work_queue, claimed or not; 0 removes it. */
+  maxInFlight?: number;
+  maxTries?: number;
+  paused?: boolean;
+  /** How long finished jobs are kept in pgqueue.archive: seconds, or an interval's text ('7 days'); 0 keeps none (pgqueue 1.1). */
+  retention?: number | string;
+}
+
+/** One row per queue with jobs or settings, by queue name. */
+export function stats(client: Queryable): Promise<QueueStats[]>;
+export function counters(client: Queryable): Promise<Counters>;
+/** Unfinished jobs, oldest first (pgqueue 1.1; default limit 100). */
+export function jobs<P = any>(client: Queryable, filter?: { queue?: string | null; state?: JobState | null; limit?: number }): Promise<JobRow<P>[]>;
+/** pgq_configure with the settings given, by name. */
+export function configure(client: Queryable, queue: string, settings: QueueSettings): Promise<void>;
+/** New jobs of the queue are no longer scheduled (so not claimed); those already scheduled stay claimable. */
+export function pause(client: Queryable, queue: string): Promise<void>;
+export function resume(client: Queryable, queue: string): Promise<void>;
+/** A failed job back to pending; false when it is not failed (pgqueue 1.1). */
+export function retry(client: Queryable, id: string): Promise<boolean>;
+/** retry() for every failed job of the queue; how many (pgqueue 1.1). */
+export function retryFailed(client: Queryable, queue: string): Promise<number>;
+/** Removes a job in any state; false when there is no such job (pgqueue 1.1). */
+export function cancel(client: Queryable, id: string): Promise<boolean>;
+/** Removes every job of the queue in state (default failed); how many (pgqueue 1.1). */
+export function purge(client: Queryable, queue: string, state?: PurgeState): Promise<number>;

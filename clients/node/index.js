@@ -34,6 +34,11 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 
+export {
+  NeedsNewerExtension, JOB_STATES, PURGE_STATES, stats, counters, jobs, configure, pause, resume, retry, retryFailed,
+  cancel, purge,
+} from './admin.js';
+
 export const BATCH_LIMIT = 10000;
 const TRACE_LINES = 6;
 const ERROR_MAX_CHARS = 4000;

@@ -8,14 +8,13 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { push, pushBatch, Retry, Worker, WorkerSetupError, formatError } from 'pgqueue';
 import {
-  PASS, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName,
-  restartServer, sleep, startProc, waitUntil,
+  PASS, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName, quiet,
+  restartServer, sleep, startProc, waitUntil, watchQueries,
 } from './helpers.mjs';
 
 let admin;
 let app;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pgq-node-'));
-const quiet = { debug() {}, info() {}, warn() {}, error: (m) => process.stderr.write(`${m}\n`) };
 
 before(async () => {
   admin = await connect(adminConfig);
@@ -72,20 +71,6 @@ test('2,000 jobs over 3 queues, 4 handlers: each done exactly once', async () =>
   assert.match(w.lockKey, new RegExp(`^${os.hostname()}:${process.pid}:\\d+$`));
   assert.ok(most > 1, 'handlers never ran at the same time');
 });
-
-// Calls fn(text, values, result) after each statement of the clients made
-// while it is on; returns the function that turns it off.
-function watchQueries(fn) {
-  const { query } = pg.Client.prototype;
-  pg.Client.prototype.query = function watched(text, values, ...rest) {
-    const p = query.call(this, text, values, ...rest);
-    if (typeof text === 'string' && p && typeof p.then === 'function') {
-      p.then((res) => fn(text, values, res), (err) => fn(text, values, null, err));
-    }
-    return p;
-  };
-  return () => { pg.Client.prototype.query = query; };
-}
 
 test('one claim takes a job for each free handler, never more', async () => {
   const q = queueName();
