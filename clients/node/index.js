@@ -6,9 +6,12 @@
 //
 // A Worker runs up to `concurrency` handlers at once under one lock_key
 // (`host:pid:n`), on three connections.  The claimer claims for all the free
-// handlers in one pgq_claim(key, free, ..., wait => ...) that blocks while
-// there is no work, and starts a handler for each job it got: it never
-// claims more than it can start.  The completer acks the jobs whose handler
+// handlers in one pgq_claim(key, free, ...) and starts a handler for each job
+// it got: it never claims more than it can start.  After a claim that found
+// jobs the next one does not wait (one statement); once one found none, the
+// next one blocks while there is no work (wait => ...), in a transaction that
+// first sets client_connection_check_interval, so that the server ends it if
+// the worker dies meanwhile.  The completer acks the jobs whose handler
 // resolved in batches (pgq_ack_batch, every completeInterval or
 // completeBatch jobs; a batch that acked fewer than it was given is rolled
 // back and acked job by job, to learn which lease was lost) and nacks those
@@ -48,6 +51,12 @@ const FINISH_WAIT = 10000;
 
 const CLAIM = 'SELECT id, queue, payload, tries, version, lock_timeout'
   + ' FROM pgq_claim($1, $2, $3::interval, $4::text[], $5::interval)';
+// First in a blocking claim's transaction: while the claim waits, the server
+// checks every second that the worker is still there, so that a killed
+// worker's claim ends instead of taking a job for no one (transaction-local:
+// PgBouncer-safe; armed when the next statement starts, hence a statement of
+// its own).
+const CLIENT_CHECK = "SELECT set_config('client_connection_check_interval', '1s', true)";
 // The leases of many jobs in one statement; lock_timeout ($4, ms) bounds its
 // wait for a row that another transaction holds (local to the statement's
 // transaction: PgBouncer-safe), so that the jobs can be extended one by one.
@@ -312,7 +321,7 @@ export class Worker extends EventEmitter {
     this.active = new Set(); // the promises of the handlers running
     this.wakeClaimer = null;
     this.claimer = new Channel(this, 'claimer');
-    this.claiming = null; // the claimer's client while its claim waits
+    this.claiming = null; // the claimer's client while its claim runs
     this.claimed = false; // a claim was sent: something may be held
     this.completer = new Channel(this, 'completer');
     this.outbox = []; // acks, nacks and releases to send
@@ -499,13 +508,15 @@ export class Worker extends EventEmitter {
 
   // -- the claimer ---------------------------------------------------------
 
+  // Claims while the worker runs, for every free handler in one claim over
+  // all the queues.  After a claim that found jobs the next one does not
+  // wait; once one found none, the next one waits for work.
   async #claimLoop() {
     const queues = [...this.handlers.keys()].sort();
     const { claimer } = this;
+    let busy = true;
     while (!this.stopping) {
-      // free handlers; and no more than completeBatch jobs waiting for their ack
-      const free = Math.min(this.concurrency - this.active.size,
-        this.concurrency + this.completeBatch - this.held.size);
+      const free = this.#free();
       if (free <= 0) {
         await new Promise((resolve) => { this.wakeClaimer = resolve; });
         this.wakeClaimer = null;
@@ -513,11 +524,9 @@ export class Worker extends EventEmitter {
       }
       const client = await claimer.get(this.stopSignal.signal);
       if (!client || this.stopping) break;
-      let rows;
-      this.claiming = client;
-      this.claimed = true;
+      let got;
       try {
-        ({ rows } = await client.query(CLAIM, [this.key, free, seconds(this.lease), queues, seconds(this.wait)]));
+        got = this.#startJobs(await this.#claim(client, queues, free, busy ? 0 : this.wait));
       } catch (err) {
         if (err.code === '57014') continue; // stop() cancelled the waiting claim
         if (SETUP_ERRORS.has(err.code)) {
@@ -532,13 +541,49 @@ export class Worker extends EventEmitter {
         }
         await claimer.backoff.pause(this.log, claimer.who, lost ? 'connection lost while claiming' : 'claim failed', err, this.stopSignal.signal);
         continue;
-      } finally {
-        this.claiming = null;
       }
       claimer.backoff.reset();
-      if (this.abandoned.signal.aborted) break; // a claim that outlived shutdown: #release gives its jobs back
-      for (const row of rows) this.#startJob(row);
+      if (this.abandoned.signal.aborted) break; // a claim that outlived shutdown: #release gave its jobs back
+      busy = got > 0;
     }
+  }
+
+  // Handlers free now (and no more than completeBatch jobs waiting for their ack).
+  #free() {
+    return Math.min(this.concurrency - this.active.size, this.concurrency + this.completeBatch - this.held.size);
+  }
+
+  // One pgq_claim; with wait (seconds), in a transaction that first sets
+  // client_connection_check_interval.  A claim that fails (a cancel too)
+  // rolls its transaction back, so that the client is reusable; a client
+  // whose ROLLBACK fails is dropped.
+  async #claim(client, queues, n, wait) {
+    const args = [this.key, n, seconds(this.lease), queues, seconds(wait)];
+    this.claiming = client;
+    this.claimed = true;
+    try {
+      if (!wait) return (await client.query(CLAIM, args)).rows;
+      await client.query('BEGIN');
+      try {
+        await client.query(CLIENT_CHECK);
+        const { rows } = await client.query(CLAIM, args);
+        await client.query('COMMIT');
+        return rows;
+      } catch (err) {
+        this.claiming = null; // stop() cancels no ROLLBACK
+        if (!isConnectionError(err)) await client.query('ROLLBACK').catch(() => this.claimer.drop(client));
+        throw err; // (a lost connection: the caller drops the client)
+      }
+    } finally {
+      this.claiming = null;
+    }
+  }
+
+  // A claim answered after shutdown released the keys starts no handler.
+  #startJobs(rows) {
+    if (this.abandoned.signal.aborted) return 0;
+    for (const row of rows) this.#startJob(row);
+    return rows.length;
   }
 
   // The last claim's answer never came: it may have taken jobs for the key.
