@@ -53,9 +53,29 @@ export interface Job<P = any> {
   lockKey: string;
   /** True once an extension found the job no longer held by this worker. */
   leaseLost: boolean;
+  /**
+   * Aborted when the handler's timeout runs out (reason: a DOMException named
+   * TimeoutError) and when the worker stops with the handler still running
+   * after shutdownTimeout (an AbortError): pass it on to what the handler awaits.
+   */
+  signal: AbortSignal;
 }
 
 export type Handler<P = any> = (job: Job<P>) => Promise<unknown> | unknown;
+
+/** The options of one queue's handler (Worker.handle's third argument). */
+export interface HandlerOptions {
+  /** The most jobs of this queue claimed or running at once: 1 to the worker's concurrency (RangeError otherwise). Default: no limit of its own. */
+  concurrency?: number | null;
+  /**
+   * Seconds the handler may run: then job.signal is aborted, the job nacked
+   * with `TimeoutError: handler ran longer than Xs` (the retry policy applies),
+   * its handler slot free again; what the handler does later is dropped.
+   */
+  timeout?: number | null;
+  /** The nack's retry_in (seconds; null: the server's backoff) after a failure on attempt (job.tries, 1-based); a thrown Retry still wins. Default: the worker's retryDelay. */
+  retry?: ((attempt: number) => number | null) | null;
+}
 
 export interface Logger {
   debug(msg: string): void;
@@ -73,7 +93,7 @@ export interface WorkerOptions {
   wait?: number;
   /** Seconds running handlers get after stop() before their jobs are released. Default 30. */
   shutdownTimeout?: number;
-  /** Seconds before a failed job is retried; null: the server's exponential backoff. */
+  /** Seconds before a failed job is retried; null: the server's exponential backoff. A handler's retry policy (HandlerOptions.retry) overrides it. */
   retryDelay?: number | null;
   /** lock_key prefix: the worker's key is `${name}:${n}`, n unique in the process. Default `${hostname}:${pid}`. */
   name?: string;
@@ -122,7 +142,7 @@ export class Worker {
   listenerCount(event: WorkerEvent): number;
   emit<E extends WorkerEvent>(event: E, ...args: WorkerEvents[E]): boolean;
   /** Runs handler(job) for the jobs of queue: resolve = ack, reject = nack. */
-  handle<P = any>(queue: string, handler: Handler<P>): this;
+  handle<P = any>(queue: string, handler: Handler<P>, options?: HandlerOptions): this;
   /**
    * Connects (within startupTimeout) and checks that pgqueue is installed, then
    * runs the slots; rejects with WorkerSetupError saying what to fix.

@@ -38,6 +38,14 @@ async function main(): Promise<void> {
   w.on('jobDone', () => {});
   // @ts-expect-error a duration is a number
   w.on('jobSucceeded', (job: Job, ms: string) => { void job; void ms; });
+  // per handler options; job.signal
+  w.handle<Email>('slow', async (job) => { if (job.signal.aborted) throw job.signal.reason; },
+    { concurrency: 2, timeout: 30, retry: (attempt: number) => (attempt < 3 ? 10 * attempt : null) });
+  w.handle('plain', async () => {}, { retry: null, timeout: null });
+  // @ts-expect-error a retry policy answers seconds or null
+  w.handle('x', async () => {}, { retry: (attempt: number) => `${attempt}s` });
+  // @ts-expect-error no such handler option
+  w.handle('x', async () => {}, { timeoutMs: 5 });
   // admin
   const all: QueueStats[] = await stats(client);
   const inFlight: number = all[0].inFlight;
