@@ -352,6 +352,37 @@ test('a worker killed while its claim waits leaves no claim behind to take a job
   assert.ok(took < 2000, `claimable after ${took} ms`);
 });
 
+test('stop() cancels the waiting claim and rolls its transaction back: the release after it goes through', async () => {
+  // one handler runs past shutdownTimeout while the other's claim waits:
+  // the release at shutdown goes on the claimer's connection, which the
+  // cancelled claim must have left out of its transaction
+  const q = queueName();
+  const name = `pgqueue cancel test ${q}`;
+  const id = await push(app, q);
+  const logger = keepingLogger();
+  let started = false;
+  const w = new Worker({ ...config, application_name: name }, { concurrency: 2, wait: 30, shutdownTimeout: 0.5, logger });
+  w.handle(q, async () => { started = true; await sleep(3000); });
+  const running = w.run({ signals: false });
+  let took;
+  try {
+    await waitUntil(() => started, 20000, 'the handler');
+    await waitUntil(async () => Number((await admin.query(
+      "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'"
+      + " AND query LIKE '%pgq_claim(%'", [name])).rows[0].n), 20000, 'the waiting claim');
+    const t0 = Date.now();
+    await w.stop();
+    took = (Date.now() - t0) / 1000;
+  } finally {
+    await w.stop();
+    await running;
+  }
+  assert.ok(took < 3, `stop() took ${took}s`);
+  assert.deepEqual((await jobRows(admin, q)).map((r) => [r.id, r.state, r.lock_key]), [[id, 'scheduled', null]], 'not released');
+  assert.ok(logger.lines.some((l) => l.includes('released 1 job(s)')), logger.lines.join('\n'));
+  assert.ok(!logger.lines.some((l) => l.startsWith('error')), logger.lines.join('\n'));
+});
+
 test('SIGTERM with running handlers: they finish, nothing is lost', async () => {
   const q = queueName();
   const ids = await pushBatch(app, q, Array.from({ length: 10 }, (_, n) => ({ n })));
