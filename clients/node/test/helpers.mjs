@@ -60,6 +60,13 @@ export async function jobRows(admin, queue) {
   return rows;
 }
 
+// How many statements calling pgq_claim the sessions of application_name run now.
+export async function activeClaims(admin, applicationName) {
+  const { rows } = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1"
+    + " AND state = 'active' AND query LIKE '%pgq_claim(%'", [applicationName]);
+  return rows[0].n;
+}
+
 export async function counter(admin, name) {
   const { rows } = await admin.query('SELECT * FROM pgq_counters()');
   return Number(rows[0][name]);

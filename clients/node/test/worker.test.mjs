@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { push, pushBatch, Retry, Worker, WorkerSetupError, formatError } from 'pgqueue';
 import {
-  PASS, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName, quiet,
+  PASS, activeClaims, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName, quiet,
   restartServer, sleep, startProc, waitUntil, watchQueries,
 } from './helpers.mjs';
 
@@ -330,9 +330,7 @@ test('a worker killed while its claim waits leaves no claim behind to take a job
   const q = queueName();
   const name = `pgqueue orphan test ${q}`;
   const log = path.join(tmp, `${q}.log`);
-  const claims = async () => Number((await admin.query(
-    "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'"
-    + " AND query LIKE '%pgq_claim(%'", [name])).rows[0].n);
+  const claims = () => activeClaims(admin, name);
   const p = startProc(q, log, ['1', '30', '0', '30', '', '30', name]);
   let waiting;
   try {
@@ -367,9 +365,7 @@ test('stop() cancels the waiting claim and rolls its transaction back: the relea
   let took;
   try {
     await waitUntil(() => started, 20000, 'the handler');
-    await waitUntil(async () => Number((await admin.query(
-      "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'"
-      + " AND query LIKE '%pgq_claim(%'", [name])).rows[0].n), 20000, 'the waiting claim');
+    await waitUntil(() => activeClaims(admin, name), 20000, 'the waiting claim');
     const t0 = Date.now();
     await w.stop();
     took = (Date.now() - t0) / 1000;
