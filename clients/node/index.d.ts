@@ -53,9 +53,29 @@ export interface Job<P = any> {
   lockKey: string;
   /** True once an extension found the job no longer held by this worker. */
   leaseLost: boolean;
+  /**
+   * Aborted when the handler's timeout runs out (reason: a DOMException named
+   * TimeoutError) and when the worker stops with the handler still running
+   * after shutdownTimeout (an AbortError): pass it on to what the handler awaits.
+   */
+  signal: AbortSignal;
 }
 
 export type Handler<P = any> = (job: Job<P>) => Promise<unknown> | unknown;
+
+/** The options of one queue's handler (Worker.handle's third argument). */
+export interface HandlerOptions {
+  /** The most jobs of this queue claimed or running at once: 1 to the worker's concurrency (RangeError otherwise). Default: no limit of its own. */
+  concurrency?: number | null;
+  /**
+   * Seconds the handler may run: then job.signal is aborted, the job nacked
+   * with `TimeoutError: handler ran longer than Xs` (the retry policy applies),
+   * its handler slot free again; what the handler does later is dropped.
+   */
+  timeout?: number | null;
+  /** The nack's retry_in (seconds; null: the server's backoff) after a failure on attempt (job.tries, 1-based); a thrown Retry still wins. Default: the worker's retryDelay. */
+  retry?: ((attempt: number) => number | null) | null;
+}
 
 export interface Logger {
   debug(msg: string): void;
@@ -73,7 +93,7 @@ export interface WorkerOptions {
   wait?: number;
   /** Seconds running handlers get after stop() before their jobs are released. Default 30. */
   shutdownTimeout?: number;
-  /** Seconds before a failed job is retried; null: the server's exponential backoff. */
+  /** Seconds before a failed job is retried; null: the server's exponential backoff. A handler's retry policy (HandlerOptions.retry) overrides it. */
   retryDelay?: number | null;
   /** lock_key prefix: the worker's key is `${name}:${n}`, n unique in the process. Default `${hostname}:${pid}`. */
   name?: string;
@@ -122,7 +142,7 @@ export class Worker {
   listenerCount(event: WorkerEvent): number;
   emit<E extends WorkerEvent>(event: E, ...args: WorkerEvents[E]): boolean;
   /** Runs handler(job) for the jobs of queue: resolve = ack, reject = nack. */
-  handle<P = any>(queue: string, handler: Handler<P>): this;
+  handle<P = any>(queue: string, handler: Handler<P>, options?: HandlerOptions): this;
   /**
    * Connects (within startupTimeout) and checks that pgqueue is installed, then
    * runs the slots; rejects with WorkerSetupError saying what to fix.
@@ -149,3 +169,87 @@ export class WorkerSetupError extends Error {}
 
 /** `Name: message` and the top frames of the stack, as recorded in last_error. */
 export function formatError(err: unknown): string;
+
+// -- operating queues (admin.js; the role needs pgqueue_admin) -------------
+
+/** A call needs an object of pgqueue 1.1 that the database's installation lacks; the message says what to run. */
+export class NeedsNewerExtension extends Error {}
+
+/** One queue's row of pgq_stats(). */
+export interface QueueStats {
+  queue: string;
+  pending: number;
+  retry: number;
+  /** In work_queue, not held by a live lease. */
+  scheduled: number;
+  /** Held by a live lease. */
+  inFlight: number;
+  failed: number;
+  oldestReady: Date | null;
+  [column: string]: unknown;
+}
+
+/** pgq_counters(): cumulative since the server started (the library preloaded). */
+export interface Counters {
+  pushed: number;
+  scheduled: number;
+  claimed: number;
+  acked: number;
+  nacked: number;
+  failed: number;
+  leasesStolen: number;
+  schedulerPasses: number;
+  statsReset: Date | null;
+  [column: string]: unknown;
+}
+
+export type JobState = 'pending' | 'retry' | 'scheduled' | 'running' | 'failed';
+export type PurgeState = 'pending' | 'retry' | 'failed';
+export const JOB_STATES: readonly JobState[];
+export const PURGE_STATES: readonly PurgeState[];
+
+/** A row of the pgqueue.jobs view (pgqueue 1.1). */
+export interface JobRow<P = any> {
+  id: string;
+  queue: string;
+  state: JobState;
+  priority: number;
+  runAfter: Date;
+  created: Date;
+  tries: number;
+  maxTries: number;
+  lockKey: string | null;
+  lockTimeout: Date | null;
+  lastError: string | null;
+  payload: P;
+}
+
+/** A queue's settings for configure(); a setting left out stays as it is. */
+export interface QueueSettings {
+  weight?: number;
+  /** Cap on the queue's rows in work_queue, claimed or not; 0 removes it. */
+  maxInFlight?: number;
+  maxTries?: number;
+  paused?: boolean;
+  /** How long finished jobs are kept in pgqueue.archive: seconds, or an interval's text ('7 days'); 0 keeps none (pgqueue 1.1). */
+  retention?: number | string;
+}
+
+/** One row per queue with jobs or settings, by queue name. */
+export function stats(client: Queryable): Promise<QueueStats[]>;
+export function counters(client: Queryable): Promise<Counters>;
+/** Unfinished jobs, oldest first (pgqueue 1.1; default limit 100). */
+export function jobs<P = any>(client: Queryable, filter?: { queue?: string | null; state?: JobState | null; limit?: number }): Promise<JobRow<P>[]>;
+/** pgq_configure with the settings given, by name. */
+export function configure(client: Queryable, queue: string, settings: QueueSettings): Promise<void>;
+/** New jobs of the queue are no longer scheduled (so not claimed); those already scheduled stay claimable. */
+export function pause(client: Queryable, queue: string): Promise<void>;
+export function resume(client: Queryable, queue: string): Promise<void>;
+/** A failed job back to pending; false when it is not failed (pgqueue 1.1). */
+export function retry(client: Queryable, id: string): Promise<boolean>;
+/** retry() for every failed job of the queue; how many (pgqueue 1.1). */
+export function retryFailed(client: Queryable, queue: string): Promise<number>;
+/** Removes a job in any state; false when there is no such job (pgqueue 1.1). */
+export function cancel(client: Queryable, id: string): Promise<boolean>;
+/** Removes every job of the queue in state (default failed); how many (pgqueue 1.1). */
+export function purge(client: Queryable, queue: string, state?: PurgeState): Promise<number>;

@@ -6,9 +6,15 @@
 //
 // A Worker runs up to `concurrency` handlers at once under one lock_key
 // (`host:pid:n`), on three connections.  The claimer claims for all the free
-// handlers in one pgq_claim(key, free, ..., wait => ...) that blocks while
-// there is no work, and starts a handler for each job it got: it never
-// claims more than it can start.  The completer acks the jobs whose handler
+// handlers in one pgq_claim(key, free, ...) and starts a handler for each job
+// it got: it never claims more than it can start.  After a claim that found
+// jobs the next one does not wait (one statement); once one found none, the
+// next one blocks while there is no work (wait => ...), in a transaction that
+// first sets client_connection_check_interval, so that the server ends it if
+// the worker dies meanwhile.  A queue handled with its own concurrency is
+// claimed on its own within its room (see #claimLoop).  A handler with a
+// timeout is given up at the timeout: its job is nacked, job.signal aborted,
+// and whatever the handler does later is dropped.  The completer acks the jobs whose handler
 // resolved in batches (pgq_ack_batch, every completeInterval or
 // completeBatch jobs; a batch that acked fewer than it was given is rolled
 // back and acked job by job, to learn which lease was lost) and nacks those
@@ -34,6 +40,11 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 
+export {
+  NeedsNewerExtension, JOB_STATES, PURGE_STATES, stats, counters, jobs, configure, pause, resume, retry, retryFailed,
+  cancel, purge,
+} from './admin.js';
+
 export const BATCH_LIMIT = 10000;
 const TRACE_LINES = 6;
 const ERROR_MAX_CHARS = 4000;
@@ -43,6 +54,12 @@ const FINISH_WAIT = 10000;
 
 const CLAIM = 'SELECT id, queue, payload, tries, version, lock_timeout'
   + ' FROM pgq_claim($1, $2, $3::interval, $4::text[], $5::interval)';
+// First in a blocking claim's transaction: while the claim waits, the server
+// checks every second that the worker is still there, so that a killed
+// worker's claim ends instead of taking a job for no one (transaction-local:
+// PgBouncer-safe; armed when the next statement starts, hence a statement of
+// its own).
+const CLIENT_CHECK = "SELECT set_config('client_connection_check_interval', '1s', true)";
 // The leases of many jobs in one statement; lock_timeout ($4, ms) bounds its
 // wait for a row that another transaction holds (local to the statement's
 // transaction: PgBouncer-safe), so that the jobs can be extended one by one.
@@ -63,6 +80,13 @@ const RELEASE = 'SELECT pgq_release($1) AS n';
 const EXTENDED = Symbol('extended');
 const SENT = Symbol('sent');
 const DURATION = Symbol('duration');
+// The controller of job.signal; whether the handler still holds its slot;
+// whether it ran past its timeout; whether shutdown gave it up (its result
+// is dropped, the job released).
+const ABORT = Symbol('abort');
+const RUNNING = Symbol('running');
+const TIMED_OUT = Symbol('timedOut');
+const GIVEN_UP = Symbol('givenUp');
 
 // Key numbers are unique in the process: two Workers never share a lock_key.
 let nextKeyNumber = 0;
@@ -304,10 +328,12 @@ export class Worker extends EventEmitter {
     this.key = null; // the lock_key claims use now
     this.retired = new Set(); // keys of claims whose answer was lost, to release
     this.held = new Map(); // id -> job: claimed, its ack or nack not yet answered
-    this.active = new Set(); // the promises of the handlers running
+    this.active = new Set(); // the promises of the handlers running (until their timeout)
+    this.busy = new Map(); // queue -> jobs of it whose handler runs (until its timeout)
     this.wakeClaimer = null;
     this.claimer = new Channel(this, 'claimer');
-    this.claiming = null; // the claimer's client while its claim waits
+    this.claiming = null; // the claimer's client while its claim runs
+    this.waitingOn = null; // the queues of the claim that waits, while it waits
     this.claimed = false; // a claim was sent: something may be held
     this.completer = new Channel(this, 'completer');
     this.outbox = []; // acks, nacks and releases to send
@@ -319,10 +345,28 @@ export class Worker extends EventEmitter {
     this.abandoned = new AbortController(); // aborted once stop() released what is held
   }
 
-  /** Run `handler(job)` (async) for the jobs of `queue`. */
-  handle(queue, handler) {
+  /**
+   * Run `handler(job)` (async) for the jobs of `queue`.  Options:
+   * concurrency, the most jobs of the queue claimed or running at once
+   * (1 to the worker's concurrency; default: no limit of its own);
+   * timeout, seconds after which the handler is given up (job.signal
+   * aborted, the job nacked with a TimeoutError, what the handler does later
+   * dropped); retry, (attempt) => seconds or null, the nack's retry_in after
+   * a failure (attempt is job.tries; a thrown Retry still wins; default: the
+   * worker's retryDelay).
+   */
+  handle(queue, handler, options = {}) {
     if (this.started) throw new Error('register handlers before starting the worker');
-    this.handlers.set(queue, handler);
+    if (typeof handler !== 'function') throw new TypeError('handler must be a function');
+    const { concurrency = null, timeout = null, retry = null, ...unknown } = options;
+    const extra = Object.keys(unknown);
+    if (extra.length) throw new TypeError(`unknown handler option(s): ${extra.join(', ')} (concurrency, timeout, retry)`);
+    if (concurrency != null && !(Number.isInteger(concurrency) && concurrency >= 1 && concurrency <= this.concurrency)) {
+      throw new RangeError(`a handler's concurrency must be an integer from 1 to the worker's concurrency (${this.concurrency})`);
+    }
+    if (timeout != null && !(timeout > 0 && Number.isFinite(timeout))) throw new RangeError('timeout must be a number of seconds above 0');
+    if (retry != null && typeof retry !== 'function') throw new TypeError('retry must be a function (attempt) => seconds or null');
+    this.handlers.set(queue, { handler, concurrency, timeout, retry });
     return this;
   }
 
@@ -344,7 +388,11 @@ export class Worker extends EventEmitter {
     if (this.started) throw new Error('a Worker runs once; make a new one');
     this.started = true;
     this.key = `${this.name}:${nextKeyNumber++}`;
-    this.log.info(`worker ${this.name}: ${this.concurrency} handlers on queues ${[...this.handlers.keys()].sort().join(', ')}, lease ${this.lease}s, lock_key ${this.key}`);
+    const queues = [...this.handlers].sort(([a], [b]) => (a < b ? -1 : 1)).map(([q, { concurrency, timeout }]) => {
+      const own = [concurrency != null && `concurrency ${concurrency}`, timeout != null && `timeout ${timeout}s`].filter(Boolean);
+      return own.length ? `${q} (${own.join(', ')})` : q;
+    });
+    this.log.info(`worker ${this.name}: ${this.concurrency} handlers on queues ${queues.join(', ')}, lease ${this.lease}s, lock_key ${this.key}`);
     const ready = this.#checkSetup().catch((err) => {
       const setup = err instanceof WorkerSetupError ? err : new WorkerSetupError(oneLine(err), { cause: err });
       this.#fail(setup);
@@ -441,6 +489,14 @@ export class Worker extends EventEmitter {
     }
     // the running handlers, until the deadline
     while (this.active.size && Date.now() < deadline) await Promise.race([...this.active, until(deadline - Date.now())]);
+    // the handlers still running: their jobs are released below
+    const reason = new DOMException(`the worker stops: shutdownTimeout (${this.shutdownTimeout}s) ran out`, 'AbortError');
+    for (const job of this.held.values()) {
+      if (job[RUNNING]) {
+        job[GIVEN_UP] = true;
+        job[ABORT].abort(reason);
+      }
+    }
     // The acks and nacks of the finished handlers, sent now, must land before
     // the release, or the release commits first and a job whose handler
     // succeeded runs again.  Once abandoned, the completer sends no more.
@@ -494,27 +550,47 @@ export class Worker extends EventEmitter {
 
   // -- the claimer ---------------------------------------------------------
 
+  // Claims while the worker runs.  After a claim that found jobs, a round of
+  // claims that do not wait; once a round found none, one claim that waits
+  // for work.  Without handler concurrencies a round is one claim over all
+  // the queues for every free handler.  With them, a round claims for each
+  // queue with one that has room (n = its room, within the free handlers
+  // left), then for the queues without one (n = the free handlers left):
+  // queues with a concurrency first, as they can take no more than it, so a
+  // backlog elsewhere cannot starve them.  The claim that waits is over the
+  // queues with room, for no more than the smallest room among them; when a
+  // handler of a queue it left out (full) ends, it is cancelled, and a
+  // round claims again.
   async #claimLoop() {
-    const queues = [...this.handlers.keys()].sort();
     const { claimer } = this;
+    let busy = true;
     while (!this.stopping) {
-      // free handlers; and no more than completeBatch jobs waiting for their ack
-      const free = Math.min(this.concurrency - this.active.size,
-        this.concurrency + this.completeBatch - this.held.size);
-      if (free <= 0) {
+      const free = this.#free();
+      const open = free > 0 ? this.#queuesWithRoom() : [];
+      if (!open.length) { // no free handler, or none for a queue with room
         await new Promise((resolve) => { this.wakeClaimer = resolve; });
         this.wakeClaimer = null;
         continue;
       }
       const client = await claimer.get(this.stopSignal.signal);
       if (!client || this.stopping) break;
-      let rows;
-      this.claiming = client;
-      this.claimed = true;
+      let got = 0;
       try {
-        ({ rows } = await client.query(CLAIM, [this.key, free, seconds(this.lease), queues, seconds(this.wait)]));
+        if (busy) {
+          for (const [queues, room] of this.#round()) {
+            const n = Math.min(room, this.#free());
+            if (n <= 0 || this.stopping) continue;
+            got += this.#startJobs(await this.#claim(client, queues, n, 0));
+          }
+        } else {
+          const rooms = open.filter((q) => this.#limit(q) != null).map((q) => this.#room(q));
+          got += this.#startJobs(await this.#claim(client, open, Math.min(free, ...rooms), this.wait));
+        }
       } catch (err) {
-        if (err.code === '57014') continue; // stop() cancelled the waiting claim
+        if (err.code === '57014') { // stop() cancelled the waiting claim, or a queue it left out has room
+          busy = true;
+          continue;
+        }
         if (SETUP_ERRORS.has(err.code)) {
           this.#fail(err.code !== '42883' ? err
             : new WorkerSetupError(`${missingExtension(client.database)}: ${err.message}`, { cause: err }));
@@ -527,13 +603,72 @@ export class Worker extends EventEmitter {
         }
         await claimer.backoff.pause(this.log, claimer.who, lost ? 'connection lost while claiming' : 'claim failed', err, this.stopSignal.signal);
         continue;
-      } finally {
-        this.claiming = null;
       }
       claimer.backoff.reset();
-      if (this.abandoned.signal.aborted) break; // a claim that outlived shutdown: #release gives its jobs back
-      for (const row of rows) this.#startJob(row);
+      if (this.abandoned.signal.aborted) break; // a claim that outlived shutdown: #release gave its jobs back
+      busy = got > 0;
     }
+  }
+
+  // Handlers free now (and no more than completeBatch jobs waiting for their ack).
+  #free() {
+    return Math.min(this.concurrency - this.active.size, this.concurrency + this.completeBatch - this.held.size);
+  }
+
+  #limit(queue) { return this.handlers.get(queue).concurrency; }
+
+  // How many more jobs of a queue with a concurrency of its own may start.
+  #room(queue) { return this.#limit(queue) - (this.busy.get(queue) ?? 0); }
+
+  // The queues a claim may take jobs of now, sorted.
+  #queuesWithRoom() {
+    return [...this.handlers.keys()].filter((q) => this.#limit(q) == null || this.#room(q) > 0).sort();
+  }
+
+  // A round's claims that do not wait: [[queues, most], ...], the most
+  // taken down to the free handlers left when each is sent.
+  #round() {
+    const all = [...this.handlers.keys()].sort();
+    const unlimited = all.filter((q) => this.#limit(q) == null);
+    if (unlimited.length === all.length) return [[all, Infinity]];
+    const claims = all.filter((q) => this.#limit(q) != null).map((q) => [[q], this.#room(q)]);
+    if (unlimited.length) claims.push([unlimited, Infinity]);
+    return claims;
+  }
+
+  // One pgq_claim; with wait (seconds), in a transaction that first sets
+  // client_connection_check_interval.  A claim that fails (a cancel too)
+  // rolls its transaction back, so that the client is reusable; a client
+  // whose ROLLBACK fails is dropped.
+  async #claim(client, queues, n, wait) {
+    const args = [this.key, n, seconds(this.lease), queues, seconds(wait)];
+    this.claiming = client;
+    this.claimed = true;
+    try {
+      if (!wait) return (await client.query(CLAIM, args)).rows;
+      this.waitingOn = queues;
+      await client.query('BEGIN');
+      try {
+        await client.query(CLIENT_CHECK);
+        const { rows } = await client.query(CLAIM, args);
+        await client.query('COMMIT');
+        return rows;
+      } catch (err) {
+        this.claiming = null; // stop() cancels no ROLLBACK
+        if (!isConnectionError(err)) await client.query('ROLLBACK').catch(() => this.claimer.drop(client));
+        throw err; // (a lost connection: the caller drops the client)
+      }
+    } finally {
+      this.claiming = null;
+      this.waitingOn = null;
+    }
+  }
+
+  // A claim answered after shutdown released the keys starts no handler.
+  #startJobs(rows) {
+    if (this.abandoned.signal.aborted) return 0;
+    for (const row of rows) this.#startJob(row);
+    return rows.length;
   }
 
   // The last claim's answer never came: it may have taken jobs for the key.
@@ -548,42 +683,72 @@ export class Worker extends EventEmitter {
   }
 
   #startJob(row) {
+    const abort = new AbortController();
     const job = {
       id: row.id, queue: row.queue, payload: row.payload, tries: row.tries,
       version: row.version, lockTimeout: row.lock_timeout, lockKey: this.key, leaseLost: false,
+      signal: abort.signal,
     };
+    job[ABORT] = abort;
     job[EXTENDED] = Date.now();
+    job[RUNNING] = true;
     this.held.set(job.id, job);
+    this.busy.set(job.queue, (this.busy.get(job.queue) ?? 0) + 1);
     this.#emit('jobStarted', job);
     const run = this.#runJob(job).catch((err) => this.log.error(`${job.lockKey}: job ${job.id}: ${oneLine(err)}`));
     this.active.add(run);
     run.finally(() => {
+      job[RUNNING] = false;
       this.active.delete(run);
+      this.busy.set(job.queue, this.busy.get(job.queue) - 1);
       this.wakeClaimer?.();
+      // the claim waiting now left this queue out (it was full): claim again
+      if (this.waitingOn && !this.waitingOn.includes(job.queue) && this.claiming && !this.stopping) {
+        this.waitingOn = null;
+        cancelStatement(this.claiming);
+      }
     });
   }
 
+  // Runs the job's handler (until its timeout, if it has one), then queues
+  // its ack or nack.
   async #runJob(job) {
-    const handler = this.handlers.get(job.queue);
+    const { handler, timeout, retry } = this.handlers.get(job.queue);
     let error = null;
     let retryIn = this.retryDelay;
     let thrown;
     const t0 = performance.now();
-    try {
-      await handler(job);
-    } catch (err) {
-      thrown = err;
-      if (err instanceof Retry) {
-        error = `Retry: ${err.message}`;
-        retryIn = err.delay;
+    const outcome = (async () => { await handler(job); })().then(() => ({ ok: true }), (err) => ({ ok: false, err }));
+    let timer;
+    const result = timeout == null ? await outcome : await Promise.race([outcome,
+      new Promise((resolve) => { timer = setTimeout(resolve, timeout * 1000, null); })]);
+    clearTimeout(timer);
+    job[DURATION] = performance.now() - t0;
+    if (result == null) {
+      // timed out: the slot is free again, the lease no longer extended,
+      // and whatever the handler does from now on is dropped
+      job[TIMED_OUT] = true;
+      thrown = new DOMException(`handler ran longer than ${timeout}s`, 'TimeoutError');
+      job[ABORT].abort(thrown);
+      outcome.then(({ ok }) => this.log.info(`${job.lockKey}: job ${job.id}: its handler ${ok ? 'resolved' : 'rejected'}`
+        + ` ${((performance.now() - t0) / 1000).toFixed(1)}s after it started, past its timeout: dropped`));
+      error = `${thrown.name}: ${thrown.message}`;
+      retryIn = this.#retryIn(job, retry);
+      this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed on try ${job.tries}: ${error}`);
+    } else if (!result.ok) {
+      thrown = result.err;
+      if (thrown instanceof Retry) {
+        error = `Retry: ${thrown.message}`;
+        retryIn = thrown.delay;
+        this.log.info(`${job.lockKey}: job ${job.id} of ${job.queue} given back on try ${job.tries} (Retry in ${thrown.delay}s): ${thrown.message}`);
       } else {
-        error = formatError(err);
-        this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed on try ${job.tries}: ${err?.name}: ${err?.message}`);
+        error = formatError(thrown);
+        retryIn = this.#retryIn(job, retry);
+        this.log.warn(`${job.lockKey}: job ${job.id} of ${job.queue} failed on try ${job.tries}: ${thrown?.name}: ${thrown?.message}`);
       }
     }
-    job[DURATION] = performance.now() - t0;
-    if (this.abandoned.signal.aborted) {
-      this.log.warn(`${job.lockKey}: job ${job.id} finished after shutdown released it: result dropped`);
+    if (this.abandoned.signal.aborted || job[GIVEN_UP]) {
+      this.log.warn(`${job.lockKey}: job ${job.id} finished after shutdown gave it up: result dropped`);
       this.#forget(job);
       return;
     }
@@ -596,6 +761,22 @@ export class Worker extends EventEmitter {
     else this.#post({ nack: job, error, retryIn, thrown });
   }
 
+  // The nack's retry_in after a failure: the handler's retry policy's answer
+  // for this attempt, or the worker's retryDelay.
+  #retryIn(job, policy) {
+    if (policy == null) return this.retryDelay;
+    let delay;
+    try {
+      delay = policy(job.tries);
+    } catch (err) {
+      this.log.error(`${job.lockKey}: job ${job.id}: the retry policy of ${job.queue} threw (retryDelay used): ${oneLine(err)}`);
+      return this.retryDelay;
+    }
+    if (delay === null || (typeof delay === 'number' && delay >= 0 && Number.isFinite(delay))) return delay;
+    this.log.error(`${job.lockKey}: job ${job.id}: the retry policy of ${job.queue} answered ${String(delay)}, not seconds or null (retryDelay used)`);
+    return this.retryDelay;
+  }
+
   // -- the heartbeat -------------------------------------------------------
 
   // Every lease/6: one statement extends the leases of the jobs held (their
@@ -603,7 +784,7 @@ export class Worker extends EventEmitter {
   #heartbeat() {
     if (this.beating || this.abandoned.signal.aborted) return;
     const due = Date.now() - (this.lease / 3) * 1000;
-    const jobs = [...this.held.values()].filter((j) => !j.leaseLost && !j[SENT] && j[EXTENDED] <= due);
+    const jobs = [...this.held.values()].filter((j) => !j.leaseLost && !j[SENT] && !j[TIMED_OUT] && j[EXTENDED] <= due);
     if (!jobs.length) return;
     this.beating = this.#extend(jobs).finally(() => { this.beating = null; });
   }

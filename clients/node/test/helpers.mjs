@@ -6,6 +6,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { after, before } from 'node:test';
 import pg from 'pg';
 
 for (const v of ['PGQ_DSN', 'PGQ_ADMIN_DSN', 'PGQ_PASS']) {
@@ -59,6 +60,13 @@ export async function jobRows(admin, queue) {
   return rows;
 }
 
+// How many statements calling pgq_claim the sessions of application_name run now.
+export async function activeClaims(admin, applicationName) {
+  const { rows } = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1"
+    + " AND state = 'active' AND query LIKE '%pgq_claim(%'", [applicationName]);
+  return rows[0].n;
+}
+
 export async function counter(admin, name) {
   const { rows } = await admin.query('SELECT * FROM pgq_counters()');
   return Number(rows[0][name]);
@@ -95,4 +103,34 @@ export function keepingLogger() {
     if (level !== 'debug' && level !== 'info') process.stderr.write(`${level} ${msg}\n`);
   };
   return { lines, debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') };
+}
+
+// Calls fn(text, values, result) after each statement of the clients made
+// while it is on; returns the function that turns it off.
+export function watchQueries(fn) {
+  const { query } = pg.Client.prototype;
+  pg.Client.prototype.query = function watched(text, values, ...rest) {
+    const p = query.call(this, text, values, ...rest);
+    if (typeof text === 'string' && p && typeof p.then === 'function') {
+      p.then((res) => fn(text, values, res), (err) => fn(text, values, null, err));
+    }
+    return p;
+  };
+  return () => { pg.Client.prototype.query = query; };
+}
+
+// A logger that says nothing but errors.
+export const quiet = { debug() {}, info() {}, warn() {}, error: (m) => process.stderr.write(`${m}\n`) };
+
+// Clients connected before the tests of the file that calls this (at its
+// top level) and ended after them: {name: config} -> {name: client}.
+export function sharedClients(configs) {
+  const clients = {};
+  before(async () => {
+    for (const [name, cfg] of Object.entries(configs)) clients[name] = await connect(cfg);
+  });
+  after(async () => {
+    for (const client of Object.values(clients)) await client.end();
+  });
+  return clients;
 }

@@ -1,6 +1,9 @@
 // Compiled (not run) by types.test.mjs: the declarations in index.d.ts
 // accept the documented uses and reject wrong ones.
-import { Job, Retry, Worker, push, pushBatch, type Queryable } from 'pgqueue';
+import {
+  Job, NeedsNewerExtension, Retry, Worker, cancel, configure, counters, jobs, pause, purge, push, pushBatch, resume,
+  retry, retryFailed, stats, type Counters, type JobRow, type Queryable, type QueueStats,
+} from 'pgqueue';
 
 interface Email { to: string }
 
@@ -35,6 +38,38 @@ async function main(): Promise<void> {
   w.on('jobDone', () => {});
   // @ts-expect-error a duration is a number
   w.on('jobSucceeded', (job: Job, ms: string) => { void job; void ms; });
-  void id; void ids; void started; void typed;
+  // per handler options; job.signal
+  w.handle<Email>('slow', async (job) => { if (job.signal.aborted) throw job.signal.reason; },
+    { concurrency: 2, timeout: 30, retry: (attempt: number) => (attempt < 3 ? 10 * attempt : null) });
+  w.handle('plain', async () => {}, { retry: null, timeout: null });
+  // @ts-expect-error a retry policy answers seconds or null
+  w.handle('x', async () => {}, { retry: (attempt: number) => `${attempt}s` });
+  // @ts-expect-error no such handler option
+  w.handle('x', async () => {}, { timeoutMs: 5 });
+  // admin
+  const all: QueueStats[] = await stats(client);
+  const inFlight: number = all[0].inFlight;
+  const c: Counters = await counters(client);
+  const stolen: number = c.leasesStolen;
+  await configure(client, 'emails', { maxTries: 3, paused: false, retention: '7 days', maxInFlight: 0 });
+  await configure(client, 'emails', { retention: 3600 });
+  // @ts-expect-error settings are camelCase
+  await configure(client, 'emails', { max_tries: 3 });
+  await pause(client, 'emails');
+  await resume(client, 'emails');
+  const rows: JobRow<Email>[] = await jobs<Email>(client, { queue: 'emails', state: 'failed', limit: 10 });
+  const to: string = rows[0].payload.to;
+  const lastError: string | null = rows[0].lastError;
+  // @ts-expect-error no such state
+  await jobs(client, { state: 'done' });
+  const retried: boolean = await retry(client, id);
+  const many: number = await retryFailed(client, 'emails');
+  const gone: boolean = await cancel(client, id);
+  const purged: number = await purge(client, 'emails', 'retry') + await purge(client, 'emails');
+  // @ts-expect-error purge takes pending, retry or failed
+  await purge(client, 'emails', 'running');
+  const old: Error = new NeedsNewerExtension('x');
+  void id; void ids; void started; void typed; void inFlight; void stolen; void to; void lastError;
+  void retried; void many; void gone; void purged; void old;
 }
 void main;

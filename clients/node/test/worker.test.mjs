@@ -8,14 +8,13 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { push, pushBatch, Retry, Worker, WorkerSetupError, formatError } from 'pgqueue';
 import {
-  PASS, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName,
-  restartServer, sleep, startProc, waitUntil,
+  PASS, activeClaims, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName, quiet,
+  restartServer, sleep, startProc, waitUntil, watchQueries,
 } from './helpers.mjs';
 
 let admin;
 let app;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pgq-node-'));
-const quiet = { debug() {}, info() {}, warn() {}, error: (m) => process.stderr.write(`${m}\n`) };
 
 before(async () => {
   admin = await connect(adminConfig);
@@ -73,20 +72,6 @@ test('2,000 jobs over 3 queues, 4 handlers: each done exactly once', async () =>
   assert.ok(most > 1, 'handlers never ran at the same time');
 });
 
-// Calls fn(text, values, result) after each statement of the clients made
-// while it is on; returns the function that turns it off.
-function watchQueries(fn) {
-  const { query } = pg.Client.prototype;
-  pg.Client.prototype.query = function watched(text, values, ...rest) {
-    const p = query.call(this, text, values, ...rest);
-    if (typeof text === 'string' && p && typeof p.then === 'function') {
-      p.then((res) => fn(text, values, res), (err) => fn(text, values, null, err));
-    }
-    return p;
-  };
-  return () => { pg.Client.prototype.query = query; };
-}
-
 test('one claim takes a job for each free handler, never more', async () => {
   const q = queueName();
   const ids = await pushBatch(app, q, Array.from({ length: 11 }, (_, n) => ({ n })));
@@ -121,10 +106,11 @@ test('one claim takes a job for each free handler, never more', async () => {
 });
 
 test('a claim whose answer was lost: its jobs are released once the jobs under its key are done', async () => {
-  // A runs under the worker's key; the claim that takes B commits, but its
-  // answer is lost with the connection: B is held by the key and nobody
-  // knows.  The worker goes on under a new key and releases the old one as
-  // soon as A is acked (not before: A would run again).
+  // A runs under the worker's key; the claim that takes B commits, but the
+  // answer of the statement that committed it (the claim, or the COMMIT of
+  // a claim that waited) is lost with the connection: B is held by the key
+  // and nobody knows.  The worker goes on under a new key and releases the
+  // old one as soon as A is acked (not before: A would run again).
   const q = queueName();
   const a = await push(app, q, { n: 0 });
   let gate;
@@ -133,11 +119,17 @@ test('a claim whose answer was lost: its jobs are released once the jobs under i
   const logger = keepingLogger();
   const { query } = pg.Client.prototype;
   let lose = false;
-  pg.Client.prototype.query = function losing(text, ...rest) {
-    const p = query.call(this, text, ...rest);
-    if (!(typeof text === 'string' && text.includes('FROM pgq_claim('))) return p;
+  let inTransaction = null; // the client whose waiting claim took a job, until its COMMIT
+  pg.Client.prototype.query = function losing(text, values, ...rest) {
+    const p = query.call(this, text, values, ...rest);
+    const claim = typeof text === 'string' && text.includes('FROM pgq_claim(');
+    if (!claim && !(text === 'COMMIT' && inTransaction === this)) return p;
     return p.then((res) => {
-      if (!lose || !res.rows.length) return res;
+      if (claim) {
+        if (!lose || !res.rows.length) return res;
+        if (values[4] !== '0 seconds') { inTransaction = this; return res; }
+      }
+      inTransaction = null;
       lose = false;
       this.connection.stream.destroy();
       throw Object.assign(new Error('connection reset (test)'), { code: 'ECONNRESET' });
@@ -329,6 +321,64 @@ test('a worker killed with SIGKILL mid-job: the job is stolen after the lease, d
   assert.deepEqual(done.sort(), ids.map((i) => `${i} ${i === victim ? 2 : 1}`).sort());
 });
 
+test('a worker killed while its claim waits leaves no claim behind to take a job for no one', async () => {
+  // SIGKILL while the worker waits for work (a 30 s blocking claim): the
+  // server notices within about a second (client_connection_check_interval,
+  // set in the claim's transaction) and ends the claim, which would
+  // otherwise take the next job for a worker that is gone (the job would
+  // wait out a lease and lose a try)
+  const q = queueName();
+  const name = `pgqueue orphan test ${q}`;
+  const log = path.join(tmp, `${q}.log`);
+  const claims = () => activeClaims(admin, name);
+  const p = startProc(q, log, ['1', '30', '0', '30', '', '30', name]);
+  let waiting;
+  try {
+    waiting = await waitUntil(claims, 30000, "the worker's blocking claim");
+    p.kill('SIGKILL');
+    await exited(p);
+  } finally {
+    p.kill('SIGKILL');
+  }
+  assert.equal(waiting, 1, 'claims waiting when the worker was killed');
+  await waitUntil(async () => (await claims()) === 0, 10000, "the server to end the dead worker's claim");
+  const id = await push(app, q);
+  const t0 = Date.now();
+  const { rows } = await admin.query("SELECT id, tries FROM pgq_claim('probe', 1, '1 minute', ARRAY[$1], '5 seconds')", [q]);
+  const took = Date.now() - t0;
+  assert.deepEqual(rows, [{ id, tries: 1 }], 'the job was taken (a try used) by the dead worker\'s claim');
+  assert.ok(took < 2000, `claimable after ${took} ms`);
+});
+
+test('stop() cancels the waiting claim and rolls its transaction back: the release after it goes through', async () => {
+  // one handler runs past shutdownTimeout while the other's claim waits:
+  // the release at shutdown goes on the claimer's connection, which the
+  // cancelled claim must have left out of its transaction
+  const q = queueName();
+  const name = `pgqueue cancel test ${q}`;
+  const id = await push(app, q);
+  const logger = keepingLogger();
+  let started = false;
+  const w = new Worker({ ...config, application_name: name }, { concurrency: 2, wait: 30, shutdownTimeout: 0.5, logger });
+  w.handle(q, async () => { started = true; await sleep(3000); });
+  const running = w.run({ signals: false });
+  let took;
+  try {
+    await waitUntil(() => started, 20000, 'the handler');
+    await waitUntil(() => activeClaims(admin, name), 20000, 'the waiting claim');
+    const t0 = Date.now();
+    await w.stop();
+    took = (Date.now() - t0) / 1000;
+  } finally {
+    await w.stop();
+    await running;
+  }
+  assert.ok(took < 3, `stop() took ${took}s`);
+  assert.deepEqual((await jobRows(admin, q)).map((r) => [r.id, r.state, r.lock_key]), [[id, 'scheduled', null]], 'not released');
+  assert.ok(logger.lines.some((l) => l.includes('released 1 job(s)')), logger.lines.join('\n'));
+  assert.ok(!logger.lines.some((l) => l.startsWith('error')), logger.lines.join('\n'));
+});
+
 test('SIGTERM with running handlers: they finish, nothing is lost', async () => {
   const q = queueName();
   const ids = await pushBatch(app, q, Array.from({ length: 10 }, (_, n) => ({ n })));
@@ -490,8 +540,9 @@ test('a worker killed between the end of a handler and its ack: the job runs aga
   await waitUntil(async () => (await jobRows(admin, q)).length === 0, 30000, 'the job done again');
   await sleep(500);
   await w.stop();
-  // tries: 2, or 3 through PgBouncer, where the dead worker's waiting claim
-  // can outlive it, take the job and hold it for a lease
+  // tries: 2, or 3 if the dead worker's waiting claim outlived it long
+  // enough to take the job once its 2 s lease ran out (the server ends such
+  // a claim within about a second: client_connection_check_interval)
   assert.equal(runs.length, 1, JSON.stringify(runs));
   assert.equal(runs[0][0], id);
   assert.ok(runs[0][1] >= 2, String(runs[0][1]));

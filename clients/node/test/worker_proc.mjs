@@ -1,5 +1,6 @@
 // A worker process for the tests that kill or signal one:
-//   node worker_proc.mjs DSN QUEUE LOG CONCURRENCY LEASE SLEEP SHUTDOWN_TIMEOUT [COMPLETE_INTERVAL]
+//   node worker_proc.mjs DSN QUEUE LOG CONCURRENCY LEASE SLEEP SHUTDOWN_TIMEOUT [COMPLETE_INTERVAL [WAIT [APP_NAME]]]
+// (an empty COMPLETE_INTERVAL or WAIT: the default; WAIT 10 s by default).
 // Its handler appends "start ID TRIES" to LOG, sleeps SLEEP seconds, then
 // appends "done ID" (each line written at once, so a test sees them after a
 // SIGKILL).
@@ -7,11 +8,11 @@ import fs from 'node:fs';
 import { Worker } from 'pgqueue';
 import { pgConfig } from './helpers.mjs';
 
-const [dsn, queue, log, concurrency, lease, sleepS, shutdownTimeout, completeInterval] = process.argv.slice(2);
+const [dsn, queue, log, concurrency, lease, sleepS, shutdownTimeout, completeInterval, wait, appName] = process.argv.slice(2);
 const fd = fs.openSync(log, 'a');
 const note = (line) => fs.writeSync(fd, `${line}\n`);
-const worker = new Worker(pgConfig(dsn), {
-  concurrency: Number(concurrency), lease: Number(lease), wait: 10, shutdownTimeout: Number(shutdownTimeout),
+const worker = new Worker({ ...pgConfig(dsn), ...(appName ? { application_name: appName } : {}) }, {
+  concurrency: Number(concurrency), lease: Number(lease), wait: wait ? Number(wait) : 10, shutdownTimeout: Number(shutdownTimeout),
   ...(completeInterval ? { completeInterval: Number(completeInterval) } : {}),
 });
 worker.handle(queue, async (job) => {
