@@ -24,7 +24,8 @@ Worker side::
 Operations (``pgqueue.admin``) and the command line: ``python3 -m pgqueue``.
 """
 
-from .admin import cancel, counters, jobs, purge, retry, retry_failed, stats
+from .admin import (cancel, configure, counters, jobs, pause, purge, resume, retry, retry_failed,
+                    stats)
 from .errors import LeaseLost, NeedsNewerExtension, PgQueueError, Retry, WorkerSetupError
 from .producer import push, push_batch
 from .worker import Job, Worker, format_error
@@ -33,6 +34,6 @@ __version__ = "1.0.0"
 
 __all__ = [
     "Job", "LeaseLost", "NeedsNewerExtension", "PgQueueError", "Retry", "Worker", "WorkerSetupError",
-    "cancel", "counters", "format_error", "jobs", "purge", "push", "push_batch", "retry",
-    "retry_failed", "stats",
+    "cancel", "configure", "counters", "format_error", "jobs", "pause", "purge", "push",
+    "push_batch", "resume", "retry", "retry_failed", "stats",
 ]
