@@ -21,18 +21,31 @@ Worker side::
 
     w.run()                      # until SIGTERM / SIGINT
 
+With asyncio (``async def`` handlers, run as tasks on your event loop)::
+
+    w = pgqueue.AsyncWorker("dbname=app", concurrency=20)
+
+    @w.handler("emails", concurrency=5, timeout=30, retry=lambda tries: 10 * tries)
+    async def send(job: pgqueue.AsyncJob) -> None:
+        async with job.transaction() as conn:
+            await conn.execute("INSERT INTO sent ...")
+
+    await w.run()
+
 Operations (``pgqueue.admin``) and the command line: ``python3 -m pgqueue``.
 """
 
-from .admin import cancel, counters, jobs, purge, retry, retry_failed, stats
+from .admin import (cancel, configure, counters, jobs, pause, purge, resume, retry, retry_failed,
+                    stats)
+from .asyncworker import AsyncJob, AsyncWorker
 from .errors import LeaseLost, NeedsNewerExtension, PgQueueError, Retry, WorkerSetupError
 from .producer import push, push_batch
-from .worker import Job, Worker, format_error
+from .worker import EVENTS, Job, Worker, format_error
 
 __version__ = "1.0.0"
 
 __all__ = [
-    "Job", "LeaseLost", "NeedsNewerExtension", "PgQueueError", "Retry", "Worker", "WorkerSetupError",
-    "cancel", "counters", "format_error", "jobs", "purge", "push", "push_batch", "retry",
-    "retry_failed", "stats",
+    "AsyncJob", "AsyncWorker", "EVENTS", "Job", "LeaseLost", "NeedsNewerExtension", "PgQueueError",
+    "Retry", "Worker", "WorkerSetupError", "cancel", "configure", "counters", "format_error",
+    "jobs", "pause", "purge", "push", "push_batch", "resume", "retry", "retry_failed", "stats",
 ]

@@ -1,21 +1,27 @@
-"""Operating a queue: statistics, listing jobs, retry, cancel, purge.
+"""Operating a queue: statistics, settings, listing jobs, retry, cancel, purge.
 
-``stats`` and ``counters`` read ``pgq_stats()`` and ``pgq_counters()``
-(pgqueue 1.0).  ``jobs``, ``retry``, ``retry_failed``, ``cancel`` and
-``purge`` use the ``pgqueue.jobs`` view and functions of pgqueue 1.1; on an
-older installation they raise :class:`NeedsNewerExtension`, which says
-what to run.  All need the ``pgqueue_admin`` role.
+``stats`` and ``counters`` read ``pgq_stats()`` and ``pgq_counters()``;
+``configure``, ``pause`` and ``resume`` call ``pgq_configure`` (pgqueue 1.0,
+but ``retention`` is 1.1's).  ``jobs``, ``retry``, ``retry_failed``,
+``cancel`` and ``purge`` use the ``pgqueue.jobs`` view and functions of
+pgqueue 1.1.  On an older installation what needs 1.1 raises
+:class:`NeedsNewerExtension`, which says what to run; the server's other
+errors (a bad value: ``psycopg.errors.InvalidParameterValue``, 22023) are
+raised as they are.  All need the ``pgqueue_admin`` role, and run on the
+caller's connection without committing (in its transaction, if any).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from datetime import timedelta
+from typing import Any, Dict, List, Optional, Union
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import dict_row
 
 from .errors import NeedsNewerExtension
+from .producer import as_interval
 
 Executor = psycopg.Connection
 
@@ -98,3 +104,48 @@ def cancel(conn: Executor, job_id: UUID) -> bool:
 def purge(conn: Executor, queue: str, state: str = "failed") -> int:
     """Remove every job of ``queue`` in ``state``; returns how many (pgqueue 1.1)."""
     return int(_one(conn, "pgq_purge", "SELECT pgq_purge(%s, %s)", [queue, state]))
+
+
+#: pgq_configure's settings and their SQL types.
+SETTINGS = {"weight": "int", "max_in_flight": "int", "max_tries": "int", "paused": "boolean",
+            "retention": "interval"}
+
+
+def configure(conn: Executor, queue: str, *, weight: Optional[int] = None,
+              max_in_flight: Optional[int] = None, max_tries: Optional[int] = None,
+              paused: Optional[bool] = None,
+              retention: Union[None, float, timedelta, str] = None) -> None:
+    """Set a queue's settings (``pgq_configure``); those not given stay as they are.
+
+    ``weight`` 1 to 10,000 (its share of each scheduling pass),
+    ``max_in_flight`` (its jobs in work_queue at once, claimed or not; 0
+    removes the cap), ``max_tries`` (at least 1), ``paused`` (a paused
+    queue's jobs are not scheduled), ``retention`` (seconds, a timedelta or
+    an interval's text: how long its finished jobs stay in the archive;
+    pgqueue 1.1).  A value out of range raises
+    ``psycopg.errors.InvalidParameterValue`` and changes nothing.
+    """
+    given = {name: value for name, value in (
+        ("weight", weight), ("max_in_flight", max_in_flight), ("max_tries", max_tries),
+        ("paused", paused), ("retention", retention)) if value is not None}
+    if "retention" in given and not isinstance(retention, str):
+        given["retention"] = as_interval(retention)
+    args = "".join(f", {name} => %({name})s::{SETTINGS[name]}" for name in given)
+    query = f"SELECT pgq_configure(%(queue)s::text{args})"
+    try:
+        conn.execute(query, {"queue": queue, **given}, prepare=False)
+    except psycopg.errors.UndefinedFunction as err:
+        if retention is None:
+            raise
+        raise _needs_1_1(conn, "pgq_configure(retention => ...)", err) from err
+
+
+def pause(conn: Executor, queue: str) -> None:
+    """Pause ``queue``: its jobs are no longer scheduled (those already in
+    work_queue may still be claimed) until :func:`resume`."""
+    configure(conn, queue, paused=True)
+
+
+def resume(conn: Executor, queue: str) -> None:
+    """Schedule the jobs of a paused ``queue`` again."""
+    configure(conn, queue, paused=False)

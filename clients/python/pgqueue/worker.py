@@ -26,16 +26,44 @@ used), then ``pgq_ack`` in the same transaction, and commits: the writes
 and the ack commit together or not at all.  When the ack finds the job no
 longer held, the transaction is rolled back and :class:`LeaseLost` raised.
 
-A handler may be a coroutine function (``async def``), or any function that
-returns an awaitable: the awaitable is awaited to completion on an event
-loop of the slot's thread (one loop per slot, made on its first such job and
-reused), and its outcome counts as a plain handler's would.  The loop runs
-only while a handler is awaited.
+Handlers are plain functions here (an ``async def`` handler is refused at
+registration: :class:`pgqueue.AsyncWorker` runs those, as tasks on the
+caller's event loop, with the same claimer, completer and heartbeat
+threads).  Each handler may have options (``register(queue, fn,
+concurrency=, timeout=, retry=)``):
+
+* ``concurrency``: at most that many jobs of the queue claimed or running at
+  once.  Without any such limit the claimer makes one claim over all the
+  queues; with limits, a round of claims that do not wait (one over the
+  unlimited queues for every free slot, and one per limited queue with
+  room, for no more than its room and the slots left; the unlimited
+  queues' first in one round, last in the next, so that neither starves
+  the other), and when all came back empty one blocking claim over the
+  queues with room, for no more than the smallest room among them: never
+  more jobs than can start;
+* ``timeout``: a handler that runs longer has its job nacked
+  (``TimeoutError``), its lease no longer extended; here its thread is
+  abandoned (a new thread takes the slot) and whatever it returns later is
+  dropped (its ``job.transaction()`` raises :class:`LeaseLost`);
+* ``retry``: ``retry(tries)`` gives the nack's ``retry_in`` after a failure
+  (a ``Retry(delay)`` raised by the handler still wins).
+
+``worker.on(event, callback)`` calls back on ``started``, ``stopped``,
+``job_started``, ``job_succeeded`` (after the ack), ``job_failed`` (after the
+nack), ``lease_lost`` (see EVENTS); a callback that raises is logged.  Here
+callbacks run in the worker's threads, where the event happens (a job's
+ack and nack: the completer's, so keep them short); an AsyncWorker's run on
+its event loop.
 
 Failure handling, in short:
 
 * handler raises: nack with ``Type: message`` and the traceback's tail
-  (``Retry(delay)`` picks the retry delay);
+  (``Retry(delay)`` picks the retry delay), and a WARNING logged (which
+  Python's last-resort handler prints to stderr when logging is not
+  configured);
+* handler returns an awaitable (a plain function that calls a coroutine
+  function, not detectable at registration): it is closed unawaited and the
+  job nacked with a ``TypeError``, never acked;
 * lease lost (``pgq_extend`` answered NULL, or the ack found the job held by
   another claim): the result is not acked, ``job.lease_lost`` turns true and
   an ERROR is logged.  ``pgq_ack_batch`` answers a count only: when it is
@@ -71,6 +99,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import itertools
 import logging
@@ -80,12 +109,14 @@ import queue as queuelib
 import random
 import signal
 import socket
+import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import (Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Tuple,
+                    Type)
 from uuid import UUID
 
 import psycopg
@@ -96,6 +127,50 @@ from .producer import Delay, as_interval
 log = logging.getLogger("pgqueue.worker")
 
 Handler = Callable[["Job"], Any]
+#: A handler's retry policy: the attempt number (``job.tries``, 1 on the
+#: first) to the nack's retry_in (seconds, a timedelta, or None for the
+#: server's backoff).
+RetryPolicy = Callable[[int], Optional[Delay]]
+
+#: What :meth:`Worker.on` calls back on, and with what arguments:
+#: started (), stopped (the error that stopped the worker, or None),
+#: job_started (job), job_succeeded (job, seconds), job_failed (job, seconds,
+#: exception), lease_lost (job, why).
+EVENTS = ("started", "stopped", "job_started", "job_succeeded", "job_failed", "lease_lost")
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """A registered handler and its options."""
+
+    fn: Handler
+    concurrency: Optional[int] = None
+    timeout: Optional[float] = None
+    retry: Optional[RetryPolicy] = None
+
+
+def is_async_callable(fn: Any) -> bool:
+    """True for a coroutine function, a callable object whose ``__call__`` is
+    one, and a functools.partial of either."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or (
+        not inspect.isroutine(fn) and inspect.iscoroutinefunction(getattr(fn, "__call__", None)))
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def _discard(awaitable: Any) -> None:
+    """Close a coroutine (or cancel a future) that will not be awaited."""
+    close = getattr(awaitable, "close", None) or getattr(awaitable, "cancel", None)
+    if close is not None:
+        close()
+
+
+# Guards Job._ended and Job._lost's first setting (brief, rare contention).
+_end_lock = threading.Lock()
 
 # Worker numbers are unique in the process, so that two Worker objects in
 # one process never share a lock_key; slot numbers name the slot threads.
@@ -175,13 +250,33 @@ class Job:
     """The lease's current deadline (moved on by each extension)."""
     lock_key: str
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
-    _pool: Optional["_TxPool"] = field(default=None, repr=False, compare=False)
+    _worker: Optional["_Core"] = field(default=None, repr=False, compare=False)
     _acked: bool = field(default=False, repr=False, compare=False)
+    # how the job's run ended: None while it runs, "returned" (its handler
+    # returned, or its transaction is acking it), "timeout", "shutdown"
+    _ended: Optional[str] = field(default=None, repr=False, compare=False)
+    _started: float = field(default=0.0, repr=False, compare=False)
+    _duration: float = field(default=0.0, repr=False, compare=False)
+    _exc: Optional[BaseException] = field(default=None, repr=False, compare=False)
 
     @property
     def lease_lost(self) -> bool:
         """True once an extension or the ack found the job no longer held by this worker."""
         return self._lost.is_set()
+
+    def _set_lost(self) -> bool:
+        """lease_lost turns true: True the first time."""
+        with _end_lock:
+            first = not self._lost.is_set()
+            self._lost.set()
+        return first
+
+    def _end(self, why: str) -> bool:
+        """The first end of the job's run wins: True when ``why`` is (or was) it."""
+        with _end_lock:
+            if self._ended is None:
+                self._ended = why
+            return self._ended == why
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[psycopg.Connection]:
@@ -197,21 +292,47 @@ class Job:
         and the ack commit together, or (an exception, a crash, a lost
         connection) neither does, and the job runs again.  When the ack finds
         the job no longer held (its lease lost to another claim), the
-        transaction is rolled back and :class:`LeaseLost` raised.  The worker
-        sends no other ack for the job.  Once per job.
+        transaction is rolled back and :class:`LeaseLost` raised; the same,
+        without an ack, once the handler's ``timeout`` has ended the job.
+        The worker sends no other ack for the job.  Once per job.
         """
-        if self._pool is None:
+        worker = self._tx_worker()
+        with worker._tx_pool.connection() as conn:
+            with conn.transaction():
+                yield conn
+                self._tx_before_ack()
+                self._tx_acked(conn.execute(_ACK, [self.id, self.lock_key]).fetchone()[0])
+            self._acked = True
+
+    # The steps of transaction() that are not I/O, shared with AsyncJob's.
+
+    def _tx_worker(self) -> "_Core":
+        if self._worker is None:
             raise RuntimeError("job.transaction() is for a job a Worker gave to its handler")
         if self._acked:
             raise RuntimeError(f"job {self.id} was acked in a transaction already")
-        with self._pool.connection() as conn:
-            with conn.transaction():
-                yield conn
-                if not conn.execute(_ACK, [self.id, self.lock_key]).fetchone()[0]:
-                    self._lost.set()
-                    raise LeaseLost(f"job {self.id} is no longer held by {self.lock_key} (its "
-                                    f"lease was lost): its transaction is rolled back")
-            self._acked = True
+        if self._ended not in (None, "returned"):
+            raise self._ended_elsewhere()
+        return self._worker
+
+    def _tx_before_ack(self) -> None:
+        """From here on the job is the transaction's to end (a timeout no longer can)."""
+        if not self._end("returned"):
+            raise self._ended_elsewhere()
+
+    def _tx_acked(self, held: bool) -> None:
+        if not held:
+            assert self._worker is not None
+            self._worker._lose(self, "its ack in job.transaction() answered false: another "
+                                     "worker took it, or it was cancelled")
+            raise LeaseLost(f"job {self.id} is no longer held by {self.lock_key} (its "
+                            f"lease was lost): its transaction is rolled back")
+
+    def _ended_elsewhere(self) -> LeaseLost:
+        why = ("its handler ran longer than its timeout and the job was nacked"
+               if self._ended == "timeout" else "the worker gave it up at shutdown")
+        return LeaseLost(f"job {self.id} is no longer this worker's ({why}): its "
+                         f"transaction is rolled back, not acked")
 
 
 def format_error(exc: BaseException) -> str:
@@ -220,8 +341,16 @@ def format_error(exc: BaseException) -> str:
     module = type(exc).__module__
     if module not in ("builtins", "__main__"):
         name = f"{module}.{name}"
-    frames = traceback.format_tb(exc.__traceback__)[-TRACEBACK_FRAMES:]
-    text = f"{name}: {exc}\nTraceback (most recent call last):\n" + "".join(frames)
+    return _error_text(f"{name}: {exc}", "Traceback",
+                       traceback.format_tb(exc.__traceback__))
+
+
+def _error_text(head: str, title: str, frames: List[str]) -> str:
+    """``head``, then the last frames under ``title``, at most ERROR_MAX_CHARS."""
+    frames = frames[-TRACEBACK_FRAMES:]
+    text = head
+    if frames:
+        text += f"\n{title} (most recent call last):\n" + "".join(frames)
     if len(text) > ERROR_MAX_CHARS:
         text = text[:200] + "\n...\n" + text[-(ERROR_MAX_CHARS - 205):]
     return text.rstrip("\n")
@@ -233,83 +362,83 @@ def _oneline(err: BaseException) -> str:
 
 class _TxPool:
     """The connections of job.transaction(): at most ``size``, each made when
-    first needed and kept while it is healthy and idle."""
+    first needed and kept while it is healthy and idle.  A Worker's are
+    psycopg connections (:meth:`connection`), an AsyncWorker's async ones
+    (:meth:`aconnection`, opened on its event loop)."""
 
-    def __init__(self, worker: "Worker", size: int) -> None:
+    def __init__(self, worker: "_Core", size: int) -> None:
         self.worker = worker
+        self.size = size
         self.free = threading.BoundedSemaphore(size)
+        self.afree: Any = None  # asyncio.Semaphore, made on the loop when first used
         self.lock = threading.Lock()
-        self.idle: List[psycopg.Connection] = []
+        self.idle: List[Any] = []
         self.closed = False
+
+    def _take(self) -> Any:
+        """An idle connection that is still open, or None."""
+        with self.lock:
+            conn = self.idle.pop() if self.idle else None
+        return None if conn is None or conn.closed else conn
+
+    def _keep(self, conn: Any) -> bool:
+        """Back to the idle ones when healthy and idle: False when it must be closed."""
+        with self.lock:
+            keep = (not self.closed and not conn.closed and conn.info.transaction_status
+                    == psycopg.pq.TransactionStatus.IDLE)
+            if keep:
+                self.idle.append(conn)
+        return keep
+
+    def _close_all(self) -> List[Any]:
+        """No more keeping: the idle connections, to be closed."""
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        return idle
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         with self.free:
-            with self.lock:
-                conn = self.idle.pop() if self.idle else None
-            if conn is None or conn.closed:
+            conn = self._take()
+            if conn is None:
                 conn = self.worker._connect()
             try:
                 yield conn
             finally:
-                with self.lock:
-                    keep = (not self.closed and not conn.closed and conn.info.transaction_status
-                            == psycopg.pq.TransactionStatus.IDLE)
-                    if keep:
-                        self.idle.append(conn)
-                if not keep:
+                if not self._keep(conn):
                     conn.close()
+
+    @contextlib.asynccontextmanager
+    async def aconnection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        if self.afree is None:
+            self.afree = asyncio.Semaphore(self.size)
+        async with self.afree:
+            conn = self._take()
+            if conn is None:
+                conn = await self.worker._aconnect()
+            try:
+                yield conn
+            finally:
+                if not self._keep(conn):
+                    await conn.close()
 
     def close(self) -> None:
         """Close the idle connections; those in use are closed when given back."""
-        with self.lock:
-            self.closed = True
-            idle, self.idle = self.idle, []
-        for conn in idle:
+        for conn in self._close_all():
             conn.close()
+
+    async def aclose(self) -> None:
+        for conn in self._close_all():
+            await conn.close()
 
 
 class _Slot:
-    """One handler thread and its event loop for async handlers."""
+    """One handler thread (a new one when a handler outlives its timeout)."""
 
     def __init__(self, number: int) -> None:
         self.number = number
         self.thread: Optional[threading.Thread] = None
-        # where the slot's async handlers run (made on the first one)
-        self.loop: Optional[asyncio.AbstractEventLoop] = None
-
-    def call(self, handler: Handler, job: "Job") -> Any:
-        """``handler(job)``, and when it returns an awaitable, that awaited."""
-        result = handler(job)
-        if not inspect.isawaitable(result):
-            return result
-        if self.loop is None:
-            self.loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(self.loop)
-        try:
-            return self.loop.run_until_complete(_awaited(result))
-        except asyncio.CancelledError as err:  # a BaseException: make it the job's failure
-            raise RuntimeError("the handler's awaitable was cancelled") from err
-
-    def close_loop(self) -> None:
-        """Cancel what async handlers left running, then close the loop."""
-        loop, self.loop = self.loop, None
-        if loop is None:
-            return
-        try:
-            left = asyncio.all_tasks(loop)
-            for task in left:
-                task.cancel()
-            if left:
-                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
 
 
 class _Keys:
@@ -371,36 +500,13 @@ class _Keys:
             return list(self.held)
 
 
-class Worker:
-    """Runs handlers for the jobs of the queues registered with it.
+class _Core:
+    """What Worker and AsyncWorker share: the settings, the handlers and their
+    options, the events, the claimer, the completer, the heartbeat and what
+    happens when a job's run ends.  How handlers run is the subclass's."""
 
-    >>> w = Worker("dbname=app", concurrency=4)
-    >>> @w.handler("emails")
-    ... def send(job): ...
-    >>> w.run()          # until SIGTERM or SIGINT
-
-    A handler may also be ``async def``: see the module's docstring.
-
-    ``conninfo`` is a libpq connection string (PgBouncer's address works).
-    ``concurrency``: handlers that run at once (threads; the worker uses
-    three connections whatever this is).  ``lease``: seconds a claim holds a
-    job; extended every ``lease / 3`` while the handler runs.  ``wait``:
-    seconds a claim blocks waiting for work (at most 60: a waiting claim
-    holds a snapshot).  ``shutdown_timeout``: seconds running handlers get
-    after a stop request.  ``retry_delay``: the nack's ``retry_in`` after a
-    handler raised (None: the server's exponential backoff).
-    ``complete_interval``: seconds a finished job may wait for others to be
-    acked with (at most ``lease / 3``: its lease is not extended meanwhile);
-    ``complete_batch``: the most jobs acked in one call.
-    ``transaction_connections``: the most connections :meth:`Job.transaction`
-    uses at once (opened when first used).  ``name``: the
-    lock_key prefix, ``host:pid`` by default; the worker's key is
-    ``name:n``, n numbering the Workers of the process from 0.
-    ``prepare_threshold``: psycopg's, None (never prepare on the server) by
-    default so that PgBouncer's transaction pooling works.
-    ``startup_timeout``: seconds :meth:`start` tries to connect (with
-    backoff) before it raises :class:`WorkerSetupError`.
-    """
+    #: the class of the jobs handed to handlers
+    _job_class: Type[Job] = Job
 
     def __init__(
         self,
@@ -447,13 +553,17 @@ class Worker:
         self.startup_timeout = startup_timeout
         self.connect_kwargs = {"connect_timeout": 10, "application_name": "pgqueue worker"}
         self.connect_kwargs.update(connect_kwargs or {})
-        self._handlers: Dict[str, Handler] = {}
-        self._slots: List[_Slot] = []
+        self._specs: Dict[str, _Spec] = {}
+        self._listeners: Dict[str, List[Callable[..., Any]]] = {e: [] for e in EVENTS}
         self._keys: Optional[_Keys] = None
-        # jobs claimed and not yet taken by a slot (None: a slot's signal to end)
-        self._jobs: "queuelib.SimpleQueue[Optional[Job]]" = queuelib.SimpleQueue()
         # slots with no job (claimed or running): what the next claim may take
         self._free = 0
+        # the queues with a concurrency of their own: their limit, and their
+        # jobs claimed or running (under _free_cond)
+        self._limits: Dict[str, int] = {}
+        self._busy: Dict[str, int] = {}
+        self._unlimited: List[str] = []
+        self._limited_first = False
         self._free_cond = threading.Condition()
         self._claimer: Optional[threading.Thread] = None
         self._claim_conn: Optional[psycopg.Connection] = None
@@ -466,21 +576,91 @@ class Worker:
         self._completer: Optional[_Completer] = None
         self._tx_pool = _TxPool(self, transaction_connections)
         self._started = False
+        self._launched = False
+        self._init_runner()
+
+    def _init_runner(self) -> None:
+        """The subclass's own attributes (what runs the handlers)."""
 
     # -- registration ---------------------------------------------------------
 
-    def register(self, queue: str, handler: Handler) -> None:
-        """Run ``handler(job)`` for the jobs of ``queue``."""
+    def register(self, queue: str, handler: Handler, *, concurrency: Optional[int] = None,
+                 timeout: Optional[float] = None, retry: Optional[RetryPolicy] = None) -> None:
+        """Run ``handler(job)`` for the jobs of ``queue``.
+
+        ``concurrency``: at most that many jobs of the queue claimed or
+        running at once (1 to the worker's ``concurrency``).  ``timeout``:
+        seconds the handler may run; then its job is nacked with a
+        ``TimeoutError``.  ``retry``: ``retry(job.tries)`` is the nack's
+        ``retry_in`` after a failure (seconds, a timedelta, or None for the
+        server's backoff) instead of the worker's ``retry_delay``; a
+        :class:`Retry` raised by the handler still wins.
+        """
         if self._started:
             raise RuntimeError("register handlers before starting the worker")
-        self._handlers[queue] = handler
+        if not callable(handler):
+            raise TypeError(f"the handler of {queue!r} is not callable: {handler!r}")
+        self._check_handler(queue, handler)
+        if concurrency is not None and not (
+                isinstance(concurrency, int) and 1 <= concurrency <= self.concurrency):
+            raise ValueError(f"concurrency of {queue!r} must be between 1 and the worker's "
+                             f"concurrency ({self.concurrency}), not {concurrency!r}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout of {queue!r} must be more than 0 seconds")
+        if retry is not None and not callable(retry):
+            raise TypeError(f"retry of {queue!r} must be a function of the attempt number")
+        self._specs[queue] = _Spec(handler, concurrency, timeout, retry)
 
-    def handler(self, queue: str) -> Callable[[Handler], Handler]:
-        """Decorator form of :meth:`register`."""
+    def handler(self, queue: str, *, concurrency: Optional[int] = None,
+                timeout: Optional[float] = None,
+                retry: Optional[RetryPolicy] = None) -> Callable[[Handler], Handler]:
+        """Decorator form of :meth:`register` (same options)."""
         def decorate(fn: Handler) -> Handler:
-            self.register(queue, fn)
+            self.register(queue, fn, concurrency=concurrency, timeout=timeout, retry=retry)
             return fn
         return decorate
+
+    def _check_handler(self, queue: str, handler: Handler) -> None:
+        """Raise TypeError for a handler of the wrong kind (sync or async)."""
+        raise NotImplementedError
+
+    # -- events -----------------------------------------------------------------
+
+    def on(self, event: str, callback: Optional[Callable[..., Any]] = None) -> Any:
+        """Call ``callback`` on ``event`` (see EVENTS); returns it, so that
+        ``@worker.on("job_failed")`` works as a decorator.  A callback that
+        raises is logged (ERROR), never stops the worker."""
+        if event not in EVENTS:
+            raise ValueError(f"unknown event {event!r}: one of {', '.join(EVENTS)}")
+        if callback is None:
+            return functools.partial(self.on, event)
+        if not callable(callback):
+            raise TypeError(f"the callback of {event!r} is not callable: {callback!r}")
+        self._check_callback(event, callback)
+        self._listeners[event].append(callback)
+        return callback
+
+    def _check_callback(self, event: str, callback: Callable[..., Any]) -> None:
+        if is_async_callable(callback):
+            raise TypeError(f"the callback of {event!r} ({_name(callback)}) is a coroutine "
+                            f"function: a Worker calls plain functions (pgqueue.AsyncWorker "
+                            f"takes both)")
+
+    def _emit(self, event: str, *args: Any) -> None:
+        """Call the event's callbacks, here and now (a Worker's)."""
+        for callback in self._listeners[event]:
+            try:
+                result = callback(*args)
+            except Exception:
+                log.exception("worker %s: a callback of %s raised (ignored)", self.name, event)
+                continue
+            self._callback_result(event, result)
+
+    def _callback_result(self, event: str, result: Any) -> None:
+        if inspect.isawaitable(result):
+            _discard(result)
+            log.error("worker %s: a callback of %s returned an awaitable, not awaited (a "
+                      "Worker's callbacks are plain functions)", self.name, event)
 
     @property
     def lock_key(self) -> Optional[str]:
@@ -493,44 +673,40 @@ class Worker:
         each claim whose answer was lost with its connection."""
         return list(self._keys.used) if self._keys else []
 
-    # -- running --------------------------------------------------------------
+    # -- starting and stopping -------------------------------------------------
 
-    def start(self) -> None:
-        """Check the setup, then start the claimer, the completer, the heartbeat
-        and the slots in background threads.
-
-        The check connects (retried with backoff for up to ``startup_timeout``
-        seconds) and looks for the extension; it raises
-        :class:`WorkerSetupError` saying what to fix when the server cannot be
-        reached or pgqueue is not installed in the database.  Once started,
-        a lost server is waited for (reconnection with backoff).
-        """
-        if not self._handlers:
+    def _prepare(self) -> None:
+        """start()'s first step: a worker with handlers, started once."""
+        if not self._specs:
             raise WorkerSetupError("no handler registered: call register(queue, fn) first")
         if self._started:
             raise RuntimeError("a Worker runs once; make a new one")
         self._started = True
-        self._check_setup()
+
+    def _launch(self) -> None:
+        """start()'s last step, once the setup is checked: the threads."""
         self._keys = _Keys(f"{self.name}:{next(_worker_numbers)}")
         self._free = self.concurrency
+        self._limits = {q: s.concurrency for q, s in self._specs.items()
+                        if s.concurrency is not None}
+        self._busy = dict.fromkeys(self._limits, 0)
+        self._unlimited = sorted(q for q in self._specs if q not in self._limits)
         self._heartbeat = _Heartbeat(self)
         self._heartbeat.start()
         self._completer = _Completer(self)
         self._completer.start()
-        for _ in range(self.concurrency):
-            slot = _Slot(next(_slot_numbers))
-            slot.thread = threading.Thread(target=self._slot_loop, args=(slot,),
-                                           name=f"pgqueue-slot-{slot.number}", daemon=True)
-            self._slots.append(slot)
+        self._start_slots()
         log.info("worker %s: %d slots on queues %s, lease %ss, lock_key %s", self.name,
-                 self.concurrency, ", ".join(sorted(self._handlers)), self.lease,
+                 self.concurrency, ", ".join(sorted(self._specs)), self.lease,
                  self._keys.current)
-        for slot in self._slots:
-            assert slot.thread is not None
-            slot.thread.start()
+        self._launched = True
+        self._emit("started")
         self._claimer = threading.Thread(target=self._claim_loop, name="pgqueue-claimer",
                                          daemon=True)
         self._claimer.start()
+
+    def _start_slots(self) -> None:
+        """Whatever runs handlers, before the first claim."""
 
     def _check_setup(self) -> None:
         """The first connection, within startup_timeout, and the extension's presence."""
@@ -560,24 +736,8 @@ class Worker:
         if not found:
             raise WorkerSetupError(f"worker {self.name}: {missing_extension(database, schema)}")
 
-    def run(self, install_signal_handlers: bool = True) -> None:
-        """Start, then block until SIGTERM/SIGINT (or :meth:`request_stop`), then stop.
-
-        Signal handlers are installed only when called from the main thread.
-        Raises :class:`WorkerSetupError` when the worker had to stop because
-        of its setup (the extension missing, a privilege lacking).
-        """
-        previous = {}
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, self._on_signal)
-        try:
-            self.start()
-            self._stopping.wait()
-            self.stop()
-        finally:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
+    def _raise_fatal(self) -> None:
+        """run()'s end: raise what stopped the worker, if anything did."""
         if isinstance(self._fatal, WorkerSetupError):
             raise self._fatal
         if self._fatal is not None:
@@ -596,12 +756,8 @@ class Worker:
         """True once a stop was requested."""
         return self._stopping.is_set()
 
-    def stop(self) -> None:
-        """Stop gracefully and wait: see the module's docstring.  Idempotent."""
-        self._stopping.set()
-        if self._stopped.is_set():
-            return
-        deadline = time.monotonic() + self.shutdown_timeout
+    def _stop_claiming(self, deadline: float) -> None:
+        """stop()'s first step: no more claims (the waiting one cancelled)."""
         with self._free_cond:
             self._free_cond.notify_all()  # a claimer waiting for a free slot
         # Cancel the waiting claim, again while one still waits (a cancel that
@@ -611,17 +767,9 @@ class Worker:
                 break
             self._cancel_claim()
             self._claimer.join(min(0.2, max(0.0, deadline - time.monotonic())))
-        # Each slot runs the jobs handed to it already, then ends.
-        for _ in self._slots:
-            self._jobs.put(None)
-        for slot in self._slots:
-            assert slot.thread is not None
-            slot.thread.join(max(0.0, deadline - time.monotonic()))
-        left = [s for s in self._slots if s.thread and s.thread.is_alive()]
-        if left:
-            log.warning("worker %s: %d handler(s) still running after shutdown_timeout "
-                        "(%ss): their jobs are released", self.name, len(left),
-                        self.shutdown_timeout)
+
+    def _stop_threads(self, deadline: float) -> None:
+        """stop()'s last step, once the handlers are done or given up on."""
         if self._completer is not None:
             # The acks and nacks still waiting, then the release of what the
             # keys still hold, in this order on one connection.
@@ -646,10 +794,16 @@ class Worker:
 
     # -- connections ------------------------------------------------------------
 
+    def _connect_args(self, overrides: Dict[str, Any]) -> Dict[str, Any]:
+        return {"autocommit": True, "prepare_threshold": self.prepare_threshold,
+                **self.connect_kwargs, **overrides}
+
     def _connect(self, **overrides: Any) -> psycopg.Connection:
-        return psycopg.connect(self.conninfo, autocommit=True,
-                               prepare_threshold=self.prepare_threshold,
-                               **{**self.connect_kwargs, **overrides})
+        return psycopg.connect(self.conninfo, **self._connect_args(overrides))
+
+    async def _aconnect(self, **overrides: Any) -> psycopg.AsyncConnection:
+        return await psycopg.AsyncConnection.connect(self.conninfo,
+                                                     **self._connect_args(overrides))
 
     def _reconnect(self, what: str, backoff: "_Backoff",
                    give_up: threading.Event) -> Optional[psycopg.Connection]:
@@ -671,7 +825,7 @@ class Worker:
         if self._fatal is None:
             self._fatal = err
             log.error("worker %s: stopping: %s", self.name, err)
-        self._stopping.set()
+        self.request_stop()
 
     # -- the claimer -----------------------------------------------------------
 
@@ -697,34 +851,31 @@ class Worker:
         if conn is not None:
             conn.close()
 
+    def _can_claim(self) -> bool:
+        """Under _free_cond: is there a free slot, and a queue with room?"""
+        return self._free > 0 and (bool(self._unlimited) or any(
+            self._busy[q] < limit for q, limit in self._limits.items()))
+
     def _claim_jobs(self) -> None:
         assert self._keys is not None and self._completer is not None
-        queues = sorted(self._handlers)
-        lease = timedelta(seconds=self.lease)
-        wait = timedelta(seconds=self.wait)
         backoff = _Backoff(self.reconnect_max_delay)
-        # After a claim that found jobs, the next one does not wait (one
-        # statement); after one that found none, it waits for work.
+        # After a round that found jobs, the next one does not wait; after
+        # one that found none, one claim waits for work.
         busy = False
         while not self._stopping.is_set():
             with self._free_cond:
-                while self._free == 0 and not self._stopping.is_set():
+                while not self._can_claim() and not self._stopping.is_set():
                     self._free_cond.wait()
-                n = self._free
+                free = self._free
+                room = {q: limit - self._busy[q] for q, limit in self._limits.items()}
             conn = self._claim_conn_again(backoff)
             if conn is None:
                 break
             key = self._keys.current
             try:
-                with self._claim_lock:
-                    if self._stopping.is_set():
-                        break
-                    self._claiming = True
-                try:
-                    rows = self._claim(conn, [key, n, lease, queues], None if busy else wait)
-                finally:
-                    with self._claim_lock:
-                        self._claiming = False
+                got = self._claim_round(conn, key, free, room, blocking=not busy)
+            except _Stopping:
+                break
             except psycopg.errors.QueryCanceled:
                 continue  # stop() cancelled the waiting claim: nothing was claimed
             except _SETUP_ERRORS as err:
@@ -745,16 +896,62 @@ class Worker:
                               self._stopping)
                 continue
             backoff.reset()
-            busy = bool(rows)
-            if not rows:
-                continue
+            busy = got > 0
+
+    def _claim_round(self, conn: psycopg.Connection, key: str, free: int, room: Dict[str, int],
+                     blocking: bool) -> int:
+        """Claims for the ``free`` slots (``room``: what each limited queue may
+        take), and hands the jobs over; returns how many.  Never more than can
+        start: see the module's docstring."""
+        if not self._limits:
+            return self._claim_into(conn, key, sorted(self._specs), free, blocking)
+        open_ = sorted(q for q, n in room.items() if n > 0)
+        if blocking:
+            n = min([free] + [room[q] for q in open_])
+            return self._claim_into(conn, key, self._unlimited + open_, n, True)
+        # the unlimited queues first, then each limited one, or the other way
+        # round: in turn, so that neither takes every free slot round after round
+        claims = [(q, [q]) for q in open_]
+        if self._unlimited:
+            claims.insert(len(claims) if self._limited_first else 0, (None, self._unlimited))
+        self._limited_first = not self._limited_first
+        got = 0
+        for limited, queues in claims:
+            n = free - got if limited is None else min(room[limited], free - got)
+            if n > 0:
+                got += self._claim_into(conn, key, queues, n, False)
+        return got
+
+    def _claim_into(self, conn: psycopg.Connection, key: str, queues: List[str], n: int,
+                    blocking: bool) -> int:
+        """One pgq_claim; its jobs handed over.  Raises _Stopping once stopping."""
+        with self._claim_lock:
+            if self._stopping.is_set():
+                raise _Stopping()
+            self._claiming = True
+        try:
+            rows = self._claim(conn, [key, n, timedelta(seconds=self.lease), queues],
+                               timedelta(seconds=self.wait) if blocking else None)
+        finally:
+            with self._claim_lock:
+                self._claiming = False
+        if rows:
+            assert self._keys is not None
             self._keys.claimed(key, len(rows))
             with self._free_cond:
                 self._free -= len(rows)
+                for row in rows:
+                    if row[1] in self._busy:
+                        self._busy[row[1]] += 1
             for row in rows:
-                self._jobs.put(Job(id=row[0], queue=row[1], payload=row[2], tries=row[3],
-                                   version=row[4], lock_timeout=row[5], lock_key=key,
-                                   _pool=self._tx_pool))
+                self._hand_over(self._job_class(
+                    id=row[0], queue=row[1], payload=row[2], tries=row[3], version=row[4],
+                    lock_timeout=row[5], lock_key=key, _worker=self))
+        return len(rows)
+
+    def _hand_over(self, job: Job) -> None:
+        """A claimed job, to whatever runs handlers (called in the claimer's thread)."""
+        raise NotImplementedError
 
     @staticmethod
     def _claim(conn: psycopg.Connection, args: List[Any],
@@ -779,62 +976,319 @@ class Worker:
         if now:
             self._completer.wake()
 
-    # -- the slots ----------------------------------------------------------------
+    # -- a job's run --------------------------------------------------------------
 
-    def _slot_loop(self, slot: _Slot) -> None:
-        try:
-            while True:
-                job = self._jobs.get()
-                if job is None:
-                    break
-                try:
-                    self._run_job(slot, job)
-                finally:
-                    with self._free_cond:
-                        self._free += 1
-                        self._free_cond.notify()
-        finally:
-            slot.close_loop()
+    def _begin(self, job: Job) -> _Spec:
+        """Before the handler: the heartbeat takes the job; job_started."""
+        assert self._heartbeat is not None
+        job._started = time.monotonic()
+        self._heartbeat.add(job)
+        log.debug("%s: job %s of %s, try %d", job.lock_key, job.id, job.queue, job.tries)
+        self._emit("job_started", job)
+        return self._specs[job.queue]
 
-    def _run_job(self, slot: _Slot, job: Job) -> None:
+    def _finish(self, job: Job, exc: Optional[BaseException],
+                error: Optional[str] = None) -> None:
+        """The end of a job's run, once the caller won ``job._end(...)``: the
+        heartbeat lets it go, the completer acks it (``exc`` None) or nacks it
+        (``error``: last_error, made from ``exc`` when not given), and its
+        slot is free again."""
         assert self._heartbeat is not None and self._completer is not None
         handed = False
         try:
-            handler = self._handlers[job.queue]
-            self._heartbeat.add(job)
-            error: Optional[str] = None
-            retry_in = self.retry_delay
-            try:
-                log.debug("slot %d: job %s of %s, try %d", slot.number, job.id, job.queue,
-                          job.tries)
-                slot.call(handler, job)
-            except Retry as r:
-                error, retry_in = f"Retry: {r.message}", r.delay
-            except Exception as exc:  # a handler's failure is the job's, not the worker's
-                error = format_error(exc)
+            job._duration = time.monotonic() - job._started
+            self._heartbeat.remove(job)
+            retry_in: Optional[timedelta] = None
+            if isinstance(exc, Retry):
+                error, retry_in = f"Retry: {exc.message}", exc.delay
+            elif exc is not None:
+                error = error or format_error(exc)
+                retry_in = self._retry_in(job)
                 log.warning("%s: job %s of %s failed on try %d: %s: %s", job.lock_key,
                             job.id, job.queue, job.tries, type(exc).__name__, exc)
-            finally:
-                self._heartbeat.remove(job)
+            job._exc = exc
             if job.lease_lost:
                 log.error("%s: lease of job %s was lost while its handler ran: result not %s",
-                          job.lock_key, job.id, "acked" if error is None else "nacked")
+                          job.lock_key, job.id, "acked" if exc is None else "nacked")
                 return
             if job._acked:  # in the handler's own transaction
-                if error is not None:
+                if exc is not None:
                     log.warning("%s: job %s raised after its transaction acked it: not nacked",
                                 job.lock_key, job.id)
+                self._emit("job_succeeded", job, job._duration)
                 return
             handed = self._completer.submit(job, error, retry_in)
             if not handed:
                 log.warning("%s: job %s finished after shutdown released it: result dropped",
                             job.lock_key, job.id)
-        except Exception:  # a bug of ours: the slot must not die of it
+        except Exception:  # a bug of ours: the worker must not die of it
             log.exception("%s: unexpected error with job %s (its lease will run out)",
                           job.lock_key, job.id)
         finally:
             if not handed:
                 self._completer.forget(job)
+            self._freed(job)
+
+    def _freed(self, job: Job) -> None:
+        """The job's slot (and its queue's share) may be claimed for again."""
+        with self._free_cond:
+            self._free += 1
+            if job.queue in self._busy:
+                self._busy[job.queue] -= 1
+            self._free_cond.notify()
+
+    def _retry_in(self, job: Job) -> Optional[timedelta]:
+        """The nack's retry_in after a failure: the handler's policy, or retry_delay."""
+        policy = self._specs[job.queue].retry
+        if policy is None:
+            return self.retry_delay
+        try:
+            return as_interval(policy(job.tries))
+        except Exception as err:
+            log.error("%s: the retry policy of %s failed on try %d (retry_delay used "
+                      "instead): %s: %s", job.lock_key, job.queue, job.tries,
+                      type(err).__name__, err)
+            return self.retry_delay
+
+    def _lose(self, job: Job, why: str) -> None:
+        """The job is no longer held by this worker: lease_lost (once)."""
+        if job._set_lost():
+            self._emit("lease_lost", job, why)
+
+
+class _Stopping(Exception):
+    """The claimer found the worker stopping."""
+
+
+class Worker(_Core):
+    """Runs handlers for the jobs of the queues registered with it, in threads.
+
+    >>> w = Worker("dbname=app", concurrency=4)
+    >>> @w.handler("emails", timeout=60)
+    ... def send(job): ...
+    >>> w.run()          # until SIGTERM or SIGINT
+
+    Handlers are plain functions (``async def`` ones: :class:`AsyncWorker`).
+
+    ``conninfo`` is a libpq connection string (PgBouncer's address works).
+    ``concurrency``: handlers that run at once (threads; the worker uses
+    three connections whatever this is).  ``lease``: seconds a claim holds a
+    job; extended every ``lease / 3`` while the handler runs.  ``wait``:
+    seconds a claim blocks waiting for work (at most 60: a waiting claim
+    holds a snapshot).  ``shutdown_timeout``: seconds running handlers get
+    after a stop request.  ``retry_delay``: the nack's ``retry_in`` after a
+    handler raised (None: the server's exponential backoff), unless the
+    handler has a ``retry`` policy.
+    ``complete_interval``: seconds a finished job may wait for others to be
+    acked with (at most ``lease / 3``: its lease is not extended meanwhile);
+    ``complete_batch``: the most jobs acked in one call.
+    ``transaction_connections``: the most connections :meth:`Job.transaction`
+    uses at once (opened when first used).  ``name``: the
+    lock_key prefix, ``host:pid`` by default; the worker's key is
+    ``name:n``, n numbering the Workers of the process from 0.
+    ``prepare_threshold``: psycopg's, None (never prepare on the server) by
+    default so that PgBouncer's transaction pooling works.
+    ``startup_timeout``: seconds :meth:`start` tries to connect (with
+    backoff) before it raises :class:`WorkerSetupError`.
+    """
+
+    def _init_runner(self) -> None:
+        self._slots: List[_Slot] = []
+        # jobs claimed and not yet taken by a slot (None: a slot's signal to end)
+        self._jobs: "queuelib.SimpleQueue[Optional[Job]]" = queuelib.SimpleQueue()
+        self._watchdog: Optional[_Watchdog] = None
+
+    def _check_handler(self, queue: str, handler: Handler) -> None:
+        if is_async_callable(handler):
+            raise TypeError(f"the handler of {queue!r} ({_name(handler)}) is a coroutine "
+                            f"function: pgqueue.Worker runs plain functions in threads; run "
+                            f"async handlers with pgqueue.AsyncWorker")
+
+    # -- running --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check the setup, then start the claimer, the completer, the heartbeat
+        and the slots in background threads.
+
+        The check connects (retried with backoff for up to ``startup_timeout``
+        seconds) and looks for the extension; it raises
+        :class:`WorkerSetupError` saying what to fix when the server cannot be
+        reached or pgqueue is not installed in the database.  Once started,
+        a lost server is waited for (reconnection with backoff).
+        """
+        self._prepare()
+        self._check_setup()
+        self._launch()
+
+    def _start_slots(self) -> None:
+        if any(s.timeout is not None for s in self._specs.values()):
+            self._watchdog = _Watchdog(self)
+            self._watchdog.start()
+        for _ in range(self.concurrency):
+            slot = _Slot(next(_slot_numbers))
+            self._slots.append(slot)
+            self._slot_thread(slot)
+
+    def _slot_thread(self, slot: _Slot) -> None:
+        """A new thread for the slot (the first, or one that replaces a thread
+        whose handler outlived its timeout)."""
+        slot.thread = threading.Thread(target=self._slot_loop, args=(slot,),
+                                       name=f"pgqueue-slot-{slot.number}", daemon=True)
+        slot.thread.start()
+
+    def run(self, install_signal_handlers: bool = True) -> None:
+        """Start, then block until SIGTERM/SIGINT (or :meth:`request_stop`), then stop.
+
+        Signal handlers are installed only when called from the main thread.
+        Raises :class:`WorkerSetupError` when the worker had to stop because
+        of its setup (the extension missing, a privilege lacking).
+        """
+        previous = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self.start()
+            self._stopping.wait()
+            self.stop()
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+        self._raise_fatal()
+
+    def stop(self) -> None:
+        """Stop gracefully and wait: see the module's docstring.  Idempotent."""
+        self.request_stop()
+        if self._stopped.is_set():
+            return
+        deadline = time.monotonic() + self.shutdown_timeout
+        self._stop_claiming(deadline)
+        # Each slot runs the jobs handed to it already, then ends.
+        for _ in self._slots:
+            self._jobs.put(None)
+        for slot in self._slots:
+            thread = None
+            while slot.thread is not thread:  # a thread replaced meanwhile: the new one
+                thread = slot.thread
+                assert thread is not None
+                thread.join(max(0.0, deadline - time.monotonic()))
+        left = [s for s in self._slots if s.thread and s.thread.is_alive()]
+        if left:
+            log.warning("worker %s: %d handler(s) still running after shutdown_timeout "
+                        "(%ss): their jobs are released", self.name, len(left),
+                        self.shutdown_timeout)
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        self._stop_threads(deadline)
+        if self._launched:
+            self._emit("stopped", self._fatal)
+
+    # -- the slots ----------------------------------------------------------------
+
+    def _hand_over(self, job: Job) -> None:
+        self._jobs.put(job)
+
+    def _slot_loop(self, slot: _Slot) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                break
+            if not self._run_job(slot, job):
+                break  # abandoned: the slot has another thread
+
+    def _run_job(self, slot: _Slot, job: Job) -> bool:
+        """Runs the job's handler; False when its timeout came first (this
+        thread is then abandoned: its result is dropped, it ends)."""
+        spec = self._begin(job)
+        if self._watchdog is not None and spec.timeout is not None:
+            self._watchdog.add(job, slot, spec.timeout)
+        exc: Optional[BaseException] = None
+        try:
+            result = spec.fn(job)
+            if inspect.isawaitable(result):
+                _discard(result)
+                raise TypeError(f"the handler of {job.queue!r} ({_name(spec.fn)}) returned an "
+                                f"awaitable, which a Worker does not await (not acked): run "
+                                f"async handlers with pgqueue.AsyncWorker")
+        except BaseException as err:  # a handler's failure is the job's, not the worker's
+            exc = err
+        if self._watchdog is not None:
+            self._watchdog.remove(job)
+        if not job._end("returned"):
+            log.warning("slot %d: the handler of job %s (%s) returned %.1fs after its timeout: "
+                        "result dropped (the job was nacked), its thread ends", slot.number,
+                        job.id, "raised " + type(exc).__name__ if exc else "returned",
+                        time.monotonic() - job._started - (spec.timeout or 0))
+            return False
+        self._finish(job, exc)
+        return True
+
+    def _time_out(self, job: Job, slot: _Slot, timeout: float) -> None:
+        """The watchdog's: the job's handler ran longer than ``timeout``."""
+        thread = slot.thread
+        if not job._end("timeout"):
+            return  # it returned meanwhile (or its transaction is acking it)
+        frame = sys._current_frames().get(thread.ident) if thread and thread.ident else None
+        exc = TimeoutError(f"handler ran longer than {timeout:g}s")
+        error = _error_text(f"TimeoutError: {exc}", "Where the handler was",
+                            traceback.format_stack(frame) if frame else [])
+        log.warning("slot %d: the handler of job %s of %s ran longer than its timeout (%gs): "
+                    "the job is nacked and thread %s abandoned (its result will be "
+                    "dropped); a new thread takes the slot", slot.number, job.id, job.queue,
+                    timeout, thread.name if thread else "?")
+        self._slot_thread(slot)
+        self._finish(job, exc, error)
+
+
+class _Watchdog:
+    """Times out the handlers of a Worker that run longer than their ``timeout``
+    (a thread, started only when a handler has one)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.cond = threading.Condition()
+        self.deadlines: Dict[UUID, Tuple[float, Job, _Slot, float]] = {}
+        self.done = False
+        self.thread = threading.Thread(target=self._loop, name="pgqueue-watchdog", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.done = True
+            self.cond.notify()
+        self.thread.join(5)
+
+    def add(self, job: Job, slot: _Slot, timeout: float) -> None:
+        with self.cond:
+            self.deadlines[job.id] = (time.monotonic() + timeout, job, slot, timeout)
+            self.cond.notify()
+
+    def remove(self, job: Job) -> None:
+        with self.cond:
+            self.deadlines.pop(job.id, None)
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                due = None
+                while not self.done:
+                    now = time.monotonic()
+                    due = [d for d in self.deadlines.values() if d[0] <= now]
+                    if due:
+                        break
+                    first = min((d[0] for d in self.deadlines.values()), default=None)
+                    self.cond.wait(None if first is None else first - now)
+                if self.done:
+                    return
+                for _, job, _, _ in due:
+                    del self.deadlines[job.id]
+            for _, job, slot, timeout in due:
+                try:
+                    self.worker._time_out(job, slot, timeout)
+                except Exception:  # a bug of ours: the watchdog must not die of it
+                    log.exception("watchdog: unexpected error timing out job %s", job.id)
 
 
 class _Completer:
@@ -846,7 +1300,7 @@ class _Completer:
     of the worker; nothing is taken after that.
     """
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: _Core) -> None:
         self.worker = worker
         assert worker._keys is not None
         self.keys = worker._keys
@@ -956,9 +1410,12 @@ class _Completer:
                              "ack probably committed before the connection was lost", key,
                              job.id)
                 else:
-                    job._lost.set()
                     log.error("%s: ack of job %s answered false: the job is no longer held "
                               "(lease lost): not acked", key, job.id)
+                    self.worker._lose(job, "its ack answered false: another worker took "
+                                           "it, or it was cancelled")
+            if sent and not job.lease_lost:
+                self.worker._emit("job_succeeded", job, job._duration)
             self.forget(job)
 
     @staticmethod
@@ -982,11 +1439,14 @@ class _Completer:
             lambda conn: conn.execute(_NACK, [job.id, job.lock_key, error,
                                               retry_in]).fetchone()[0])
         if sent and answer is None and not resent:
-            job._lost.set()
             log.error("%s: nack of job %s: the job is no longer held", job.lock_key, job.id)
-        elif answer == "failed":
-            log.warning("%s: job %s of %s failed for good after %d tries", job.lock_key,
-                        job.id, job.queue, job.tries)
+            self.worker._lose(job, "its nack answered NULL: another worker took it, or it "
+                                   "was cancelled")
+        elif sent:
+            if answer == "failed":
+                log.warning("%s: job %s of %s failed for good after %d tries", job.lock_key,
+                            job.id, job.queue, job.tries)
+            self.worker._emit("job_failed", job, job._duration, job._exc)
         self.forget(job)
 
     def _call(self, what: str,
@@ -1053,7 +1513,7 @@ class _Completer:
 class _Heartbeat:
     """Extends the lease of every running job at a third of the lease."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: _Core) -> None:
         self.worker = worker
         self.period = worker.lease / 3
         self.lease = timedelta(seconds=worker.lease)
@@ -1203,23 +1663,29 @@ class _Heartbeat:
             return True
         self.backoff.reset()
         for job in jobs:
-            self._extended(job, answers.get(job.id))
+            if self._extended(job, answers.get(job.id)):
+                self.worker._emit("lease_lost", job, "pgq_extend answered NULL: another "
+                                                     "worker took it, or it was cancelled")
         return True
 
-    def _extended(self, job: Job, until: Optional[datetime]) -> None:
+    def _extended(self, job: Job, until: Optional[datetime]) -> bool:
+        """Records an extension's answer; True when it says the lease was lost
+        (first found so: lease_lost is then to be emitted).  lease_lost turns
+        true under the lock, so that a handler's end, which takes the job
+        from the heartbeat, sees it."""
         with self.cond:
             if job.id not in self.jobs:
-                return  # finished meanwhile
+                return False  # finished meanwhile
             self.apart.discard(job.id)
             if until is None:
-                job._lost.set()
                 self.jobs.pop(job.id)
                 self.due.pop(job.id)
                 log.error("%s: lease of job %s lost (pgq_extend answered NULL): "
                           "its result will not be acked", job.lock_key, job.id)
-            else:
-                job.lock_timeout = until
-                self.due[job.id] = time.monotonic() + self.period
+                return job._set_lost()
+            job.lock_timeout = until
+            self.due[job.id] = time.monotonic() + self.period
+            return False
 
 
 class _Backoff:

@@ -9,6 +9,7 @@ restart the server), PGQ_REPO (the checkout, for examples/).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import threading
@@ -74,9 +75,10 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 class Running:
-    """A Worker running in a background thread of the test."""
+    """A Worker running in a background thread of the test (an AsyncWorker
+    in asyncio.run() there)."""
 
-    def __init__(self, worker: pgqueue.Worker) -> None:
+    def __init__(self, worker: pgqueue.Worker | pgqueue.AsyncWorker) -> None:
         self.worker = worker
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -84,7 +86,10 @@ class Running:
 
     def _run(self) -> None:
         try:
-            self.worker.run(install_signal_handlers=False)
+            if isinstance(self.worker, pgqueue.AsyncWorker):
+                asyncio.run(self.worker.run(install_signal_handlers=False))
+            else:
+                self.worker.run(install_signal_handlers=False)
         except BaseException as err:  # reported by stop()
             self.error = err
 
@@ -97,11 +102,11 @@ class Running:
 
 
 @pytest.fixture
-def running() -> Iterator[Callable[[pgqueue.Worker], Running]]:
+def running() -> Iterator[Callable[[Any], Running]]:
     """Start workers in threads; all are stopped when the test ends."""
     started: list[Running] = []
 
-    def start(worker: pgqueue.Worker) -> Running:
+    def start(worker: Any) -> Running:
         r = Running(worker)
         started.append(r)
         return r

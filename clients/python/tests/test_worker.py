@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -155,55 +155,65 @@ def test_lost_lease_is_not_acked(app, admin, queue, running, caplog):
                for m in caplog.messages), caplog.messages
 
 
-def test_async_handler_is_awaited_then_acked_or_nacked(app, admin, queue, running):
-    """``async def`` handlers (and handlers returning an awaitable) are awaited."""
+class _AsyncCall:
+    async def __call__(self, job: pgqueue.Job) -> None:
+        pass
+
+
+def test_registering_a_handler_of_the_wrong_kind_raises_type_error():
+    """async handlers (coroutine functions, objects whose __call__ is one,
+    partials of them) belong to AsyncWorker, plain functions to Worker."""
+    async def coro(job: pgqueue.Job, extra: int = 0) -> None:
+        pass
+
+    def plain(job: pgqueue.Job) -> None:
+        pass
+
+    w = pgqueue.Worker(DSN)
+    for fn in (coro, _AsyncCall(), functools.partial(coro, extra=1),
+               functools.partial(functools.partial(_AsyncCall())), _AsyncCall().__call__):
+        with pytest.raises(TypeError, match="AsyncWorker"):
+            w.register("q", fn)
+        with pytest.raises(TypeError, match="AsyncWorker"):
+            w.handler("q")(fn)
+    aw = pgqueue.AsyncWorker(DSN)
+    for fn in (plain, lambda job: coro(job), functools.partial(plain)):
+        with pytest.raises(TypeError, match="not a coroutine function.*pgqueue.Worker"):
+            aw.register("q", fn)
+    with pytest.raises(TypeError, match="not callable"):
+        w.register("q", 42)
+    # what each does take
+    w.register("q", plain)
+    w.register("r", functools.partial(plain))
+    aw.register("q", coro)
+    aw.register("r", _AsyncCall())
+    aw.register("s", functools.partial(coro, extra=2))
+    assert sorted(w._specs) == ["q", "r"] and sorted(aw._specs) == ["q", "r", "s"]
+
+
+def test_a_handler_that_returns_an_awaitable_fails_its_job(app, admin, queue, running, caplog):
+    """A plain function that returns a coroutine passes registration; at run
+    time its job is nacked with a TypeError, never acked, and the coroutine
+    is closed unawaited."""
     admin.execute("SELECT pgq_configure(%s, max_tries => 1)", [queue])
-    other = queue + "_aw"
-    good = pgqueue.push_batch(app, queue, [{"n": i} for i in range(6)])
-    bad = pgqueue.push(app, queue, {"fail": True})
-    via_lambda = pgqueue.push(app, other, {"n": 99})
-    done: list[str] = []
-    loops: dict[str, set[int]] = collections.defaultdict(set)
+    job_id = pgqueue.push(app, queue)
+    awaited: list[str] = []
 
-    async def handle(job: pgqueue.Job) -> None:
-        await asyncio.sleep(0.02)
-        loops[threading.current_thread().name].add(id(asyncio.get_running_loop()))
-        if job.payload.get("fail"):
-            raise ValueError("async boom")
-        done.append(str(job.id))
+    async def work(job: pgqueue.Job) -> None:
+        awaited.append(str(job.id))
 
-    w = pgqueue.Worker(DSN, concurrency=2, wait=2)
-    w.register(queue, handle)
-    w.register(other, lambda job: handle(job))  # a plain function returning a coroutine
-    r = running(w)
-    wait_until(lambda: [s for _, s, _, _, _ in job_rows(admin, queue)] == ["failed"], 30,
-               "the failing job to be nacked")
-    wait_until(lambda: len(done) >= 7 and not job_rows(admin, other), 30, "the acks")
-    r.stop()
-    assert sorted(done) == sorted(str(i) for i in [*good, via_lambda])
-    (jid, _, _, last_error, _), = job_rows(admin, queue)
-    assert jid == bad and last_error.startswith("ValueError: async boom\nTraceback")
-    assert "in handle" in last_error
-    # one event loop per slot thread, reused from job to job
-    assert loops and all(len(ids) == 1 for ids in loops.values()), loops
-
-
-def test_async_handler_keeps_its_lease(app, admin, queue, running):
-    pgqueue.push(app, queue)
-    seen: list[tuple] = []
-
-    async def slow(job: pgqueue.Job) -> None:
-        first = job.lock_timeout
-        await asyncio.sleep(2)
-        seen.append((first, job.lock_timeout, job.lease_lost))
-
-    w = pgqueue.Worker(DSN, concurrency=1, lease=1.5, wait=2)
-    w.register(queue, slow)
-    r = running(w)
-    wait_until(lambda: seen and not job_rows(admin, queue), 20, "the ack")
-    r.stop()
-    (first, last, lost), = seen
-    assert last > first and not lost  # the heartbeat extended it while awaited
+    w = pgqueue.Worker(DSN, concurrency=1, wait=2)
+    w.register(queue, lambda job: work(job))
+    with caplog.at_level(logging.WARNING, logger="pgqueue.worker"):
+        r = running(w)
+        wait_until(lambda: [s for _, s, _, _, _ in job_rows(admin, queue)] == ["failed"], 20,
+                   "the job to be nacked")
+        r.stop()
+    (jid, _, tries, last_error, _), = job_rows(admin, queue)
+    assert (jid, tries, awaited) == (job_id, 1, [])
+    assert last_error.startswith("TypeError: the handler of") and "returned an awaitable" \
+        in last_error and "AsyncWorker" in last_error, last_error
+    assert any("failed on try 1: TypeError" in m for m in caplog.messages), caplog.messages
 
 
 class _After:
@@ -263,8 +273,8 @@ class _Flaky:
         return getattr(self._conn, name)
 
 
-class _FlakyWorker(pgqueue.Worker):
-    """A Worker whose connections made in threads named ``thread*`` are _Flaky."""
+class _FlakyMixin:
+    """A worker whose connections made in threads named ``thread*`` are _Flaky."""
 
     def __init__(self, *args, thread: str, errors: dict[str, list], **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -281,6 +291,14 @@ class _FlakyWorker(pgqueue.Worker):
 
     def sent(self, word: str) -> int:
         return sum(f.sent[word] for f in self.flaky)
+
+
+class _FlakyWorker(_FlakyMixin, pgqueue.Worker):
+    pass
+
+
+class _FlakyAsyncWorker(_FlakyMixin, pgqueue.AsyncWorker):
+    pass
 
 
 def test_heartbeat_survives_errors_that_are_not_the_connection(app, admin, queue, running,
@@ -482,16 +500,22 @@ def test_a_worker_at_concurrency_16_uses_at_most_three_connections(app, admin, q
     w = pgqueue.Worker(DSN, concurrency=16, lease=3, wait=2,
                        connect_kwargs={"application_name": name})
     w.register(queue, handle)
-    r = running(w)
+    peak = _peak_sessions(admin, queue, name, running(w))
+    assert active[1] == 16, active
+    assert 2 <= peak <= 3, peak
+
+
+def _peak_sessions(admin: psycopg.Connection, queue: str, name: str, r: Any) -> int:
+    """The most sessions with application_name ``name`` seen in
+    pg_stat_activity while ``queue`` has jobs; then the worker ``r`` is stopped."""
     peak = 0
     while job_rows(admin, queue):
         n = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
                           [name]).fetchone()[0]
         peak = max(peak, n)
-        time.sleep(0.05)
+        time.sleep(0.02)
     r.stop()
-    assert active[1] == 16, active
-    assert 2 <= peak <= 3, peak
+    return peak
 
 
 def test_a_stalled_extend_does_not_hold_up_the_other_leases(app, admin, queue, running):
@@ -539,34 +563,59 @@ def _work_table(admin: psycopg.Connection, queue: str) -> str:
     return table
 
 
-def test_job_transaction_commits_the_work_with_the_ack(app, admin, queue, running, caplog):
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_job_transaction_commits_the_work_with_the_ack(app, admin, queue, running, caplog,
+                                                       kind):
     """job.transaction(): the writes and the ack commit together; a block that
     raises commits neither (the job is nacked); a job fenced meanwhile gets
-    LeaseLost and commits neither (not nacked: its new holder keeps it)."""
+    LeaseLost and commits neither (not nacked: its new holder keeps it).
+    (asyncio: an AsyncWorker's async job.transaction(), on an AsyncConnection.)"""
     admin.execute("SELECT pgq_configure(%s, max_tries => 1)", [queue])
     table = _work_table(admin, queue)
     good = pgqueue.push_batch(app, queue, [{"n": i} for i in range(4)])
     bad = pgqueue.push(app, queue, {"n": 10, "fail": True})
     fenced = pgqueue.push(app, queue, {"n": 20, "fence": True})
     raised: dict[str, str] = {}
+    lost: list[tuple] = []
+    insert = f"INSERT INTO {table} VALUES (%s, %s)"
 
-    def handle(job: pgqueue.Job) -> None:
-        try:
-            with job.transaction() as conn:
-                conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", [job.id, job.payload["n"]])
-                if job.payload.get("fail"):
-                    raise ValueError("failed after the write")
-                if job.payload.get("fence"):
-                    with psycopg.connect(os.environ["PGQ_ADMIN_DSN"], autocommit=True) as other:
-                        other.execute("UPDATE pgqueue.work_queue SET lock_key = 'intruder' "
-                                      "WHERE id = %s", [job.id])
-        except Exception as err:
-            raised[str(job.id)] = type(err).__name__
-            raise
+    def after_the_write(job: pgqueue.Job) -> None:
+        if job.payload.get("fail"):
+            raise ValueError("failed after the write")
+        if job.payload.get("fence"):
+            with psycopg.connect(os.environ["PGQ_ADMIN_DSN"], autocommit=True) as other:
+                other.execute("UPDATE pgqueue.work_queue SET lock_key = 'intruder' "
+                              "WHERE id = %s", [job.id])
 
-    w = _FlakyWorker(DSN, concurrency=3, wait=2, thread="pgqueue-completer",
-                     errors={"pgq_ack": [], "pgq_nack": []})  # counted, not failed
-    w.register(queue, handle)
+    settings = dict(concurrency=3, wait=2, thread="pgqueue-completer",
+                    errors={"pgq_ack": [], "pgq_nack": []})  # counted, not failed
+    if kind == "threads":
+        w: Any = _FlakyWorker(DSN, **settings)
+
+        @w.handler(queue)
+        def handle(job: pgqueue.Job) -> None:
+            try:
+                with job.transaction() as conn:
+                    conn.execute(insert, [job.id, job.payload["n"]])
+                    after_the_write(job)
+            except Exception as err:
+                raised[str(job.id)] = type(err).__name__
+                raise
+    else:
+        w = _FlakyAsyncWorker(DSN, **settings)
+
+        @w.handler(queue)
+        async def ahandle(job: pgqueue.AsyncJob) -> None:
+            try:
+                async with job.transaction() as conn:
+                    assert isinstance(conn, psycopg.AsyncConnection)
+                    await conn.execute(insert, [job.id, job.payload["n"]])
+                    after_the_write(job)
+            except Exception as err:
+                raised[str(job.id)] = type(err).__name__
+                raise
+
+    w.on("lease_lost", lambda job, why: lost.append((job.id, why)))
     with caplog.at_level(logging.ERROR, logger="pgqueue.worker"):
         r = running(w)
         wait_until(lambda: [s for _, s, _, _, _ in job_rows(admin, queue)]
@@ -580,17 +629,20 @@ def test_job_transaction_commits_the_work_with_the_ack(app, admin, queue, runnin
     # acked in their transactions: the completer sent the nack only
     assert (w.sent("pgq_ack"), w.sent("pgq_nack")) == (0, 1)
     assert any(str(fenced) in m and "lost" in m for m in caplog.messages), caplog.messages
+    assert [i for i, _ in lost] == [fenced] and "ack in job.transaction()" in lost[0][1]
 
 
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
 def test_job_transaction_crash_between_the_work_and_the_commit(app, admin, queue, running,
-                                                               tmp_path):
+                                                               tmp_path, kind):
     """SIGKILL after the handler wrote, before its transaction (work + ack)
     committed: neither is kept; the job runs again, and its work and ack
-    commit once."""
+    commit once.  (asyncio: an AsyncWorker's async job.transaction().)"""
     table = _work_table(admin, queue)
     job_id = pgqueue.push(app, queue)
     log = str(tmp_path / "tx.log")
-    p = _proc(queue, log, "--tx-table", table, "--sleep", "60", "--lease", "3")
+    p = _proc(queue, log, *_kind_flag(kind), "--tx-table", table, "--sleep", "60",
+              "--lease", "3")
     _kill_when(p, lambda: _lines(log, "written"), "the handler's write")
     wait_until(lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE state = "
                                      "'idle in transaction' AND usename = 'app'"
@@ -598,19 +650,35 @@ def test_job_transaction_crash_between_the_work_and_the_commit(app, admin, queue
     assert admin.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
     assert [i for i, _, _, _, _ in job_rows(admin, queue)] == [job_id]
     tries: list[int] = []
+    insert = f"INSERT INTO {table} (job) VALUES (%s)"
 
-    def handle(job: pgqueue.Job) -> None:
-        tries.append(job.tries)
-        with job.transaction() as conn:
-            conn.execute(f"INSERT INTO {table} (job) VALUES (%s)", [job.id])
+    if kind == "threads":
+        w: Any = pgqueue.Worker(DSN, concurrency=1, wait=2)
 
-    w = pgqueue.Worker(DSN, concurrency=1, wait=2)
-    w.register(queue, handle)
+        @w.handler(queue)
+        def handle(job: pgqueue.Job) -> None:
+            tries.append(job.tries)
+            with job.transaction() as conn:
+                conn.execute(insert, [job.id])
+    else:
+        w = pgqueue.AsyncWorker(DSN, concurrency=1, wait=2)
+
+        @w.handler(queue)
+        async def ahandle(job: pgqueue.AsyncJob) -> None:
+            tries.append(job.tries)
+            async with job.transaction() as conn:
+                await conn.execute(insert, [job.id])
+
     r = running(w)
     wait_until(lambda: not job_rows(admin, queue), 30, "the job acked")
     r.stop()
     assert tries == [2]
     assert admin.execute(f"SELECT job FROM {table}").fetchall() == [(job_id,)]
+
+
+def _kind_flag(kind: str) -> list[str]:
+    """worker_proc.py's flag for an AsyncWorker."""
+    return ["--async"] if kind == "asyncio" else []
 
 
 def _proc(queue: str, log: str, *args: str) -> subprocess.Popen:
@@ -694,10 +762,12 @@ def test_a_killed_worker_leaves_no_waiting_claim_behind(app, admin, queue, tmp_p
     assert job_rows(admin, queue) == [(job_id, "scheduled", 0, None, None)]
 
 
-def test_sigterm_lets_running_handlers_finish(app, admin, queue, running, tmp_path):
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_sigterm_lets_running_handlers_finish(app, admin, queue, running, tmp_path, kind):
+    """(asyncio: an AsyncWorker's run(), its handlers tasks that sleep.)"""
     ids = pgqueue.push_batch(app, queue, [{"n": i} for i in range(10)])
     log = str(tmp_path / "term.log")
-    p = _proc(queue, log, "--concurrency", "4", "--sleep", "1.5")
+    p = _proc(queue, log, *_kind_flag(kind), "--concurrency", "4", "--sleep", "1.5")
     try:
         wait_until(lambda: len(_lines(log, "start")) == 4, 30, "4 running handlers")
         t0 = time.monotonic()
@@ -710,6 +780,10 @@ def test_sigterm_lets_running_handlers_finish(app, admin, queue, running, tmp_pa
     finished = {i for i, in _lines(log, "done")}
     assert len(started) == 4 and finished == started
     assert took < 4, f"exit took {took:.1f}s: waiting claims were not cancelled"
+    with open(log) as f:
+        assert f.read().splitlines()[-1] == "exit"
+    with open(log + ".stderr") as f:
+        assert "SIGTERM received, stopping" in f.read()
     rows = job_rows(admin, queue)
     assert {str(r[0]) for r in rows} == {str(i) for i in ids} - started
     assert all(r[4] is None and r[2] == 0 for r in rows)  # none held, none tried
