@@ -569,6 +569,8 @@ class _Core:
         self._claim_conn: Optional[psycopg.Connection] = None
         self._claim_lock = threading.Lock()
         self._claiming = False
+        # the queues of the claim that waits for work, while it waits
+        self._waiting_on: Optional[frozenset] = None
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._fatal: Optional[BaseException] = None
@@ -877,7 +879,10 @@ class _Core:
             except _Stopping:
                 break
             except psycopg.errors.QueryCanceled:
-                continue  # stop() cancelled the waiting claim: nothing was claimed
+                # stop() cancelled the waiting claim, or a queue it left out
+                # (full) has room again: nothing was claimed; claim at once
+                busy = True
+                continue
             except _SETUP_ERRORS as err:
                 if isinstance(err, psycopg.errors.UndefinedFunction):
                     err = WorkerSetupError(f"{missing_extension(conn.info.dbname)}: {err}")
@@ -929,12 +934,14 @@ class _Core:
             if self._stopping.is_set():
                 raise _Stopping()
             self._claiming = True
+            self._waiting_on = frozenset(queues) if blocking else None
         try:
             rows = self._claim(conn, [key, n, timedelta(seconds=self.lease), queues],
                                timedelta(seconds=self.wait) if blocking else None)
         finally:
             with self._claim_lock:
                 self._claiming = False
+                self._waiting_on = None
         if rows:
             assert self._keys is not None
             self._keys.claimed(key, len(rows))
@@ -1036,6 +1043,16 @@ class _Core:
             if job.queue in self._busy:
                 self._busy[job.queue] -= 1
             self._free_cond.notify()
+        # The claim waiting for work left this queue out (it was full): cancel
+        # it, so that the next round claims for the room just made, rather
+        # than after up to `wait` seconds.
+        with self._claim_lock:
+            waiting_on = self._waiting_on
+            left_out = waiting_on is not None and job.queue not in waiting_on
+            if left_out:
+                self._waiting_on = None
+        if left_out:
+            self._cancel_claim()
 
     def _retry_in(self, job: Job) -> Optional[timedelta]:
         """The nack's retry_in after a failure: the handler's policy, or retry_delay."""

@@ -234,3 +234,48 @@ def test_retry_policy_sets_the_delay_of_each_attempt(app, admin, queue, running,
     assert first[0].startswith("ValueError: try 1") and 2.3 < first[1] <= 3, first
     assert second[0].startswith("ValueError: try 2") and 5.3 < second[1] <= 6, second
     assert explicit[0] == "Retry: explicit" and 28 < explicit[1] <= 30, explicit
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_room_in_a_full_queue_ends_the_waiting_claim(app, admin, queue, running, kind):
+    """A queue limited to 1 is full, so the claim that waits for work leaves
+    it out; when its job ends, that claim is cancelled and the queue's next
+    job starts at once, not after the claim's `wait` (10 s here)."""
+    limited, other = queue + "_lim", queue + "_other"
+    starts: list = []
+    ends: list = []
+
+    def body(job: pgqueue.Job) -> None:
+        ends.append(time.monotonic())
+
+    def record(job: pgqueue.Job) -> None:
+        starts.append(time.monotonic())
+
+    inner = handler_of(kind, body, pause=1.0)
+    if kind == "threads":
+        def handle(job: pgqueue.Job) -> Any:
+            record(job)
+            return inner(job)
+    else:
+        async def handle(job: pgqueue.Job) -> Any:  # type: ignore[misc]
+            record(job)
+            return await inner(job)
+
+    with app.transaction():
+        pgqueue.push_batch(app, limited, [{}] * 2)
+    w = make_worker(kind, concurrency=4, wait=10)
+    w.register(limited, handle, concurrency=1)
+    w.register(other, handle)
+    r = running(w)
+    wait_until(lambda: starts, 30, "the first job")
+    time.sleep(0.5)
+    # while the first job runs, a claim waits for work on `other` alone: the
+    # claim to be cancelled (else this test proves nothing)
+    waiting = admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%pgq_claim%%'"
+        " AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0]
+    wait_until(lambda: len(ends) == 2, 30, "both jobs of the limited queue")
+    r.stop()
+    assert waiting == 1, "no claim waited for work while the first job ran"
+    assert starts[1] - ends[0] < 3.0, (starts, ends)
+    assert not job_rows(admin, limited)
