@@ -25,14 +25,17 @@
  * may still be on their way), so it is never drained, truncated, reused
  * or retired; a restored pgqueue.slots gives it its state.
  *
- * Slot 0 of each ring, a member of the extension (pgqueue--1.1.sql), stays
- * live once another slot was made current: it is never drained,
- * truncated, reused or retired, so the scheduler never takes ACCESS
- * EXCLUSIVE on it.  The workers of pg_dump -j lock each table whose rows
- * they dump without waiting (NOWAIT), and its leader, which holds a lock
- * on every other table from the start, takes none on a member of an
- * extension: a work_queue_0 truncated or made current again during a dump
- * failed it.  work_queue's slot 0 is emptied by the straggler moves.
+ * Slot 0 of each ring, a member of the extension (pgqueue--1.1.sql), is
+ * never current again once another slot was made current, nor truncated,
+ * reused or retired, so the scheduler never takes ACCESS EXCLUSIVE on it.
+ * The workers of pg_dump -j lock each table whose rows they dump without
+ * waiting (NOWAIT), and its leader, which holds a lock on every other
+ * table from the start, takes none on a member of an extension: a
+ * work_queue_0 truncated or made current again during a dump failed it.
+ * work_queue's slot 0 is emptied by the straggler moves, then drained as
+ * any other slot (a state in pgqueue.slots, no lock that a dump meets),
+ * and stays drained: a live slot 0 would be one more walk for every claim
+ * for good.  queue's slot 0 stays live (below).
  *
  * Slot 0 of queue is its cold slot.  Jobs with a dedup_key are pushed into it (its
  * unique index is the only one: uniqueness holds because such jobs never
@@ -1000,8 +1003,9 @@ ring_new_slot(Oid nsp, int r, const char *name, Ring *ring)
  * One look at a ring (*arg: RING_QUEUE, RING_WORK): truncate the drained
  * slots that may be, mark drained the live ones found empty, and make a
  * new slot current when the current one has grown to pgqueue.slot_size.
- * Slot 0 is never drained, and never current again once another slot was
- * (see the file's header).
+ * Slot 0 is never truncated nor current again once another slot was
+ * (see the file's header); queue's is never drained, work_queue's is,
+ * once empty for good, and stays drained.
  */
 static void
 ring_turn(void *arg)
@@ -1039,7 +1043,20 @@ ring_turn(void *arg)
 		if (s->slot < 0 || s->slot >= PGQ_MAX_SLOTS)
 			continue;			/* not one of ours */
 		if (s->slot == 0)
-			continue;			/* the extension's: live for good */
+		{
+			/*
+			 * The extension's, a member of it: never truncated (pg_dump
+			 * -j's workers lock it without waiting, and fail the dump if
+			 * it is taken).  queue's holds the jobs with a dedup_key:
+			 * live for good.  work_queue's is never current again once
+			 * another slot was: once empty for good it is drained as the
+			 * others are, so that claims stop walking it, and stays so.
+			 */
+			if (r == RING_WORK && s->state == SLOT_LIVE && s->has_row &&
+				ring_drain_if_empty(rn, name, s))
+				changed = true;
+			continue;
+		}
 		if (s->state == SLOT_DRAINED)
 		{
 			if (ring_truncate_drained(rn, name, s, now, &pinned))

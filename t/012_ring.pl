@@ -75,7 +75,9 @@ ok( $node->poll_query_until(
 		'postgres', q{
 SELECT count(*) = 0 FROM pgqueue.slots
  WHERE tbl = 'work_queue' AND state IN ('live', 'drained') AND slot > 0}),
-	'every slot but the current one (and slot 0, live for good) truncated: ' . slot_states());
+	'every slot but the current one (and slot 0, never truncated) truncated: ' . slot_states());
+ok($node->poll_query_until('postgres', q{SELECT state = 'drained' FROM pgqueue.slots WHERE tbl = 'work_queue' AND slot = 0}),
+	'slot 0, emptied, is drained (claims no longer walk it): ' . slot_states());
 is(q1(q{SELECT count(*) FROM pgqueue.work_queue_0}), '0', 'slot 0 is empty');
 is( q1(q{
 SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('pgqueue.work_queue') p
@@ -120,7 +122,7 @@ ok( $node->poll_query_until(
 		'postgres', q{
 SELECT count(*) = 0 FROM pgqueue.slots
  WHERE tbl = 'work_queue' AND state IN ('live', 'drained') AND slot > 0}),
-	'after the hold, the slots it held truncated too (slot 0 stays live): ' . slot_states());
+	'after the hold, the slots it held truncated too (slot 0 stays drained): ' . slot_states());
 
 # --- a snapshot that can see a drained slot's rows ----------------------------
 my $cur = q1(q{SELECT slot FROM pgqueue.slots WHERE tbl = 'work_queue' AND state = 'current'});

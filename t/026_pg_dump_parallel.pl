@@ -6,11 +6,12 @@
 # worker, which locks each table it dumps with LOCK TABLE ... NOWAIT and
 # fails the whole dump when the lock is not free ("could not obtain lock
 # on relation").  So the scheduler must never take ACCESS EXCLUSIVE on a
-# member of the extension: slot 0 of each ring stays live once another
-# slot was made current, never truncated, made current again, or its
+# member of the extension: slot 0 of each ring, once another slot was
+# made current, is never truncated, made current again, or its
 # statistics settled (work_queue_0 was all three, and pg_dump -j failed on
 # it, 2 dumps of 291 in a loop under load; found by an attack on the
-# rings' fix).
+# rings' fix); work_queue's, emptied, is drained (a state in
+# pgqueue.slots, no lock) and stays drained.
 #
 # Here: while both rings turn (each turn counted, and the truncation of
 # slots after 0), the locks on slot 0 of both rings are sampled, and
@@ -39,8 +40,9 @@ q1(q{SELECT pgq_configure('p', paused => true)});
 turn_queue_ring($node, 'p');
 turn_work_ring($node, 'w');
 ok( poll_bounded($node, q{
-SELECT count(*) = 2 FROM pgqueue.slots WHERE slot = 0 AND state = 'live'}, 10),
-	'slot 0 of both rings is live once another slot is current');
+SELECT count(*) = 2 FROM pgqueue.slots
+ WHERE slot = 0 AND (state = 'live' OR (tbl = 'work_queue' AND state = 'drained'))}, 10),
+	'slot 0 of both rings is out of the ring once another slot is current');
 
 # a sampler of the locks on the slots 0, in a session of its own
 my $sampler = $node->background_psql('postgres');
@@ -111,8 +113,11 @@ SELECT string_agg(pg_relation_filenode(c.oid)::text, ',' ORDER BY c.relname)
   FROM pg_class c WHERE c.relname IN ('queue_0', 'work_queue_0')
    AND c.relnamespace = 'pgqueue'::regnamespace}),
 	$files0, 'slot 0 of either ring never truncated');
-is( q1(q{SELECT string_agg(tbl || ':' || state, ' ' ORDER BY tbl) FROM pgqueue.slots WHERE slot = 0}),
-	'queue:live work_queue:live', 'slot 0 of both rings still live');
+ok( poll_bounded($node, q{
+SELECT string_agg(tbl || ':' || state, ' ' ORDER BY tbl) = 'queue:live work_queue:drained'
+  FROM pgqueue.slots WHERE slot = 0}, 20),
+	'slot 0 of queue still live, of work_queue drained (emptied), neither truncated: '
+	  . q1(q{SELECT string_agg(tbl || ':' || state, ' ' ORDER BY tbl) FROM pgqueue.slots WHERE slot = 0}));
 cmp_ok($dumps, '>=', 4, "$dumps runs of pg_dump -j 2 while the rings turned");
 is(scalar(@failed), 0, 'every pg_dump -j succeeded') or diag(join("\n", @failed));
 is(lost_jobs($node), '', 'no job left scheduled without its work_queue row');
