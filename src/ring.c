@@ -35,7 +35,10 @@
  * work_queue's slot 0 is emptied by the straggler moves, then drained as
  * any other slot (a state in pgqueue.slots, no lock that a dump meets),
  * and stays drained: a live slot 0 would be one more walk for every claim
- * for good.  queue's slot 0 stays live (below).
+ * for good.  Never truncated, it has no look under ACCESS EXCLUSIVE that
+ * would find rows in it: each look at the ring does a dirty scan of it
+ * instead, and rows found (a restore's, or written by hand) make it live
+ * again.  queue's slot 0 stays live (below).
  *
  * Slot 0 of queue is its cold slot.  Jobs with a dedup_key are pushed into it (its
  * unique index is the only one: uniqueness holds because such jobs never
@@ -1055,6 +1058,22 @@ ring_turn(void *arg)
 			if (r == RING_WORK && s->state == SLOT_LIVE && s->has_row &&
 				ring_drain_if_empty(rn, name, s))
 				changed = true;
+			else if (r == RING_WORK && s->state == SLOT_DRAINED &&
+					 slot_rows(s->relid, 0) > 0)
+			{
+				/*
+				 * Rows no call of the API writes there: a restore's (its
+				 * pgqueue.slots, which says drained, loaded after a
+				 * pgq_schedule() put rows into slot 0, then current for
+				 * want of a row that said otherwise), or written by hand.
+				 * Visited again, the straggler moves take them out.
+				 */
+				ereport(LOG,
+						(errmsg("pgqueue: drained slot 0 of pgqueue.%s has rows; it is live again",
+								name)));
+				set_state(name, s, SLOT_LIVE);
+				changed = true;
+			}
 			continue;
 		}
 		if (s->state == SLOT_DRAINED)

@@ -49,6 +49,24 @@ is(q1(q{SELECT count(*) FROM pgqueue.work_queue WHERE queue IN ('stay', 'held')}
 is(q1(q{SELECT count(*) FROM pgqueue.work_queue_0}), '0', 'defect 9: slot 0 is empty');
 ok(poll_bounded($node, q{SELECT state = 'drained' FROM pgqueue.slots WHERE tbl = 'work_queue' AND slot = 0}, 20),
 	'slot 0, empty, is drained');
+
+# a work row put into the drained slot 0 behind the API's back (a restore
+# whose pgqueue.slots, saying drained, came after a pgq_schedule() wrote
+# slot 0, current then for want of a row saying otherwise): the slot is
+# live again, and the job claimed
+q1(q{SELECT pgq_push('back', '{}')});
+ok( poll_bounded($node, "SELECT count(*) = 1 FROM pgqueue.work_queue WHERE queue = 'back'", 20),
+	'a job scheduled');
+q1(q{UPDATE pgqueue.work_queue SET slot = 0 WHERE queue = 'back'});
+is(q1(q{SELECT slot FROM pgqueue.work_queue WHERE queue = 'back'}), '0',
+	'its work row moved into the drained slot 0');
+ok( poll_bounded($node, q{SELECT state = 'live' FROM pgqueue.slots WHERE tbl = 'work_queue' AND slot = 0}, 20),
+	'slot 0 with a row is live again');
+ok( poll_bounded($node, q{SELECT count(*) = 1 FROM pgq_claim('c', 1, '1 min', ARRAY['back'])}, 20),
+	'and the job in it is claimed');
+ok( poll_bounded($node, q{SELECT state = 'drained' FROM pgqueue.slots WHERE tbl = 'work_queue' AND slot = 0}, 30),
+	'slot 0 drained again once its row moved out: '
+	  . q1(q{SELECT string_agg(slot || ':' || queue, ',') FROM pgqueue.work_queue}));
 is(q1(q{SELECT pgq_ack(id, 'holder') FROM pgqueue.work_queue WHERE queue = 'held'}),
 	't', 'defect 9: the held job is acked by its holder in its new slot');
 is(scalar(drain_queue($node, 'stay')), 5, 'defect 9: the others are claimed');
