@@ -1027,7 +1027,7 @@ ring_turn(void *arg)
 
 	if (parent != rn->parent)
 	{
-		/* the extension was made again: forget what was noted */
+		/* the extension was made again, or a restore: forget the notes */
 		rn->parent = parent;
 		for (i = 0; i < PGQ_MAX_SLOTS; i++)
 		{
@@ -1497,6 +1497,21 @@ pgq_ring_check_full(void)
 	pgq_ring_view(nsp, "queue", &j);
 	if (slot_full(w.relid[0]) || slot_full(j.relid[0]))
 		full_wanted = true;
+}
+
+/*
+ * Forget what the scheduler noted of the slots (who held a lock on an
+ * emptied slot, whose snapshots may see a drained one's rows, when it was
+ * made current): after a restore, a slot's number may name other rows in
+ * another state.  Each note is taken again at the next look that needs
+ * it, with no made_xmin known (every snapshot waited for): only more
+ * waiting, never less.
+ */
+void
+pgq_ring_forget(void)
+{
+	ring_notes[RING_QUEUE].parent = InvalidOid;
+	ring_notes[RING_WORK].parent = InvalidOid;
 }
 
 /* Whether the scheduler's look at the rings is due (pgq_ring_maintain). */

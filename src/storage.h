@@ -164,6 +164,7 @@ extern void pgq_ring_move(void);
 extern bool pgq_ring_shrink_wanted(void);
 extern void pgq_ring_shrink(void);
 extern bool pgq_ring_stats_flush_wanted(void);
+extern void pgq_ring_forget(void);
 
 /*
  * retire.c: a partition made at run time is retired (detached, made a

@@ -376,9 +376,10 @@ pgq_note_pause(const char *dbname, bool paused, pid_t restorer)
  * processes of the database learned of the tables before, since they may
  * have been written behind the API's back meanwhile (a restore's COPY of
  * the jobs, the settings, pgqueue.slots): the scan bounds and the settings
- * (shmem.c), this process's scheduling view, and every backend's view of
- * the slots (a relcache invalidation of both parents, at commit; a COPY
- * into pgqueue.slots sends none).  The extension is installed.
+ * (shmem.c), this process's scheduling view and its notes of the slots
+ * (ring.c), and every backend's view of the slots (a relcache
+ * invalidation of both parents, at commit; a COPY into pgqueue.slots
+ * sends none).  The extension is installed.
  */
 static void
 pgq_forget_tables(void)
@@ -387,6 +388,7 @@ pgq_forget_tables(void)
 
 	pgq_restore_forget();
 	pgq_schedule_forget();
+	pgq_ring_forget();
 	CacheInvalidateRelcacheByRelid(pgq_relid(nsp, "queue"));
 	CacheInvalidateRelcacheByRelid(pgq_relid(nsp, "work_queue"));
 }
