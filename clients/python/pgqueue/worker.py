@@ -67,8 +67,9 @@ Failure handling, in short:
 * lease lost (``pgq_extend`` answered NULL, or the ack found the job held by
   another claim): the result is not acked, ``job.lease_lost`` turns true and
   an ERROR is logged.  ``pgq_ack_batch`` answers a count only: when it is
-  short of the batch (but not 0), the batch is rolled back and each job
-  acked on its own, in one statement, to learn which were not held;
+  short of the batch, its statement fails on purpose, which rolls the batch
+  back, and each job is acked on its own, in one statement, to learn which
+  were not held (as the Node worker does);
 * an extension that fails otherwise is logged and tried again a quarter
   period later; each runs with ``statement_timeout`` at ``lease / 6`` (at
   most ``EXTEND_TIMEOUT_MAX``).  When a batch of extensions times out (a
@@ -187,7 +188,15 @@ _EXTEND = ("SELECT u.id, pgq_extend(u.id, u.key, %s)"
            " FROM unnest(%s::uuid[], %s::text[]) AS u(id, key)")
 # for the extend's transaction only (PgBouncer-safe, unlike a session SET)
 _EXTEND_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
-_ACK_BATCH = "SELECT pgq_ack_batch(%s::uuid[], %s)"
+# pgq_ack_batch answers how many of the jobs it acked.  When that is fewer
+# than it was given, the statement fails on purpose (with this text in the
+# server's log), which rolls the acks back, and _ACK_EACH says which job was
+# not held: one statement, as the Node worker's ACK_BATCH.
+_ACK_BATCH = ("SELECT CASE WHEN a.n = cardinality(%(ids)s::uuid[]) THEN a.n"
+              " ELSE ('pgqueue worker: ' || (cardinality(%(ids)s::uuid[]) - a.n)"
+              " || ' of the batch no longer held by ' || %(key)s::text"
+              " || ', acking one by one')::int END"
+              " FROM (SELECT pgq_ack_batch(%(ids)s::uuid[], %(key)s::text) AS n OFFSET 0) a")
 _ACK_EACH = "SELECT u.id, pgq_ack(u.id, %s) FROM unnest(%s::uuid[]) AS u(id)"
 _ACK = "SELECT pgq_ack(%s, %s)"
 _NACK = "SELECT pgq_nack(%s, %s, %s, %s)"
@@ -1439,15 +1448,13 @@ class _Completer:
     def _ack_batch(conn: psycopg.Connection, key: str, jobs: List[Job]) -> Dict[UUID, bool]:
         """{id: acked} for the jobs; exact, although pgq_ack_batch answers a count."""
         ids = [job.id for job in jobs]
-        if len(ids) == 1:
-            n = conn.execute(_ACK_BATCH, [ids, key]).fetchone()[0]
-            return {ids[0]: n == 1}
-        with conn.transaction():
-            n = conn.execute(_ACK_BATCH, [ids, key]).fetchone()[0]
-            if 0 < n < len(ids):
-                raise psycopg.Rollback()  # which were not held? ask each, below
-        if n in (0, len(ids)):
-            return dict.fromkeys(ids, n == len(ids))
+        try:
+            conn.execute(_ACK_BATCH, {"ids": ids, "key": key}).fetchone()
+            return dict.fromkeys(ids, True)
+        except psycopg.errors.InvalidTextRepresentation as e:
+            if "no longer held" not in str(e):
+                raise
+        # rolled back: which were not held? ask each
         return dict(conn.execute(_ACK_EACH, [key, ids]).fetchall())
 
     def _nack(self, job: Job, error: str, retry_in: Optional[timedelta]) -> None:
