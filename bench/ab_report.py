@@ -37,8 +37,8 @@ SHOW = {
     "b": ["jobs_per_s", "cpu_server_us"],
     "f": ["lowest_window", "kept_first", "kept_last", "kept_after",
           "hold_first_jobs_per_s", "hold_last_jobs_per_s", "after_jobs_per_s",
-          "dead_tuples", "dead_exact", "size_mb",
-          "ctl_hold_last_jobs_per_s", "ctl_dead_tuples", "ctl_dead_exact", "ctl_size_mb"],
+          "dead_tuples", "dead_exact", "dead_total", "size_mb",
+          "ctl_hold_last_jobs_per_s", "ctl_dead_tuples", "ctl_dead_exact", "ctl_dead_total", "ctl_size_mb"],
 }
 LOCAL = {   # label, True when higher is better
     "cpu_server_us": ("server CPU µs per job (all server processes)", False),

@@ -354,6 +354,7 @@ class Bench:
             dead = sysobj.dead_tuples(self.admin)
             size = sysobj.total_size(self.admin)
             dead_x = sysobj.dead_exact(self.admin) if self.has_pgstattuple else None
+            dead_i = sysobj.dead_items(self.admin) if self.has_pageinspect else None
             ring = sysobj.slots(self.admin) if hasattr(sysobj, "slots") else None
             if holder is not None:
                 holder.commit()
@@ -380,6 +381,8 @@ class Bench:
             p + "dead_tuples": dead,
             p + "size_mb": size / 1048576.0,
             p + "dead_exact": dead_x,
+            p + "dead_items": dead_i,
+            p + "dead_total": None if dead_x is None or dead_i is None else dead_x + dead_i,
         }
         # every whole window of the hold, for the per-window ratios to the control
         n_w = int(hold // window)
@@ -629,6 +632,13 @@ class Bench:
             log("pgstattuple not available (%s): no exact dead-tuple counts in (f)" % e)
             self.admin = self.reconnect(self.admin)
             self.has_pgstattuple = False
+        try:
+            self.admin.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
+            self.has_pageinspect = True
+        except Exception as e:  # noqa: BLE001 - the dead line pointers are then left out
+            log("pageinspect not available (%s): no dead line pointer counts in (f)" % e)
+            self.admin = self.reconnect(self.admin)
+            self.has_pageinspect = False
         for k in keys:
             cls = systems.ALL[k]
             if k == "4" and not self.prepare_pgqueue():

@@ -28,6 +28,8 @@ METRICS = {
     "dead_tuples": ("dead tuples at end of hold", False, True),
     "size_mb": ("table+index MB at end of hold", False, True),
     "dead_exact": ("dead tuples at end of hold, exact (pgstattuple)", False, True),
+    "dead_items": ("dead line pointers at end of hold (pageinspect)", False, True),
+    "dead_total": ("dead tuples + dead line pointers at end of hold (what VACUUM has left)", False, True),
     # the held-back VACUUM workload's control: the same load, no snapshot held, measured over the same windows
     "ctl_before_jobs_per_s": ("before (same window), jobs/s", True, True),
     "ctl_hold_first_jobs_per_s": ("the hold's first {w} s window, jobs/s", True, True),
@@ -36,6 +38,8 @@ METRICS = {
     "ctl_dead_tuples": ("dead tuples when the hold would end", False, True),
     "ctl_size_mb": ("table+index MB when the hold would end", False, True),
     "ctl_dead_exact": ("dead tuples when the hold would end, exact (pgstattuple)", False, True),
+    "ctl_dead_items": ("dead line pointers when the hold would end (pageinspect)", False, True),
+    "ctl_dead_total": ("dead tuples + dead line pointers when the hold would end", False, True),
     # hold / control, window by window (computed by the report)
     "kept_first": ("hold first {w} s ÷ no hold, same window", True, True),
     "kept_last": ("hold last {w} s ÷ no hold, same window", True, True),
@@ -113,7 +117,9 @@ def describe(w, conf, meta):
                 "takes its snapshot with a SELECT and holds it for %d s, then commits; the load goes on "
                 "for %d s more. Throughput over windows from samples, every 0.5 s, of the deletes from the job "
                 "table; dead tuples (pg_stat_user_tables.n_dead_tup, an estimate, and an exact count of "
-                "dead row versions by pgstattuple over every heap, partitions included) and "
+                "dead row versions by pgstattuple over every heap, partitions included, and the dead line pointers "
+                "pruning left for VACUUM, by pageinspect: n_dead_tup counts those too, and counts that backends "
+                "flush after a TRUNCATE or VACUUM reset them) and "
                 "pg_total_relation_size of the system's tables just before the holding transaction ends. Right before each hold the "
                 "same system runs the same load for the same time without holding a snapshot (the "
                 "control, also from an emptied system), measured over the same windows: \"normal\" at "
@@ -498,6 +504,7 @@ def goals(grouped, meta):
     else:
         row("held-back VACUUM: every 20 s window of the hold ÷ same window of control", "≥ 0.90", "-", None)
     for m, label in (("dead_tuples", "dead tuples"), ("dead_exact", "dead tuples, exact (pgstattuple)"),
+                     ("dead_total", "dead tuples and dead line pointers"),
                      ("size_mb", "table+index size")):
         h4 = med("f", "snapshot held", "sys4", m)
         h1 = med("f", "snapshot held", "sys1", m)

@@ -208,6 +208,18 @@ class System:
         return scalar(conn, "SELECT coalesce(sum((pgstattuple(relid)).dead_tuple_count), 0)::bigint "
                             "FROM (%s) h" % self.LEAVES_LOCKED, (list(self.tables),))
 
+    def dead_items(self, conn):
+        """Dead line pointers (LP_DEAD) in the tables' heaps, counted by
+        pageinspect: a deleted row that a page's pruning cut down to its line
+        pointer, waiting for VACUUM to free it and its index entries.
+        pgstattuple counts no such item as a dead tuple (it has no storage
+        left) but n_dead_tup does: dead_exact + dead_items is what VACUUM has
+        left to clean."""
+        return scalar(conn, "SELECT coalesce(sum(n), 0)::bigint FROM (%s) h, LATERAL "
+                            "(SELECT count(*) AS n FROM generate_series(0, pg_relation_size(h.relid) / %%s - 1) b, "
+                            " heap_page_items(get_raw_page(h.relid::text, b::int)) WHERE lp_flags = 3) d"
+                            % self.LEAVES_LOCKED, (list(self.tables), 8192))
+
     # -- backlog -----------------------------------------------------------
     def preload(self, conn, n, chunk=100000):
         left = n
