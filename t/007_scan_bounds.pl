@@ -21,6 +21,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use Time::Local qw(timegm);
 
 my $node = pgq_node(
 	'bounds', qq{
@@ -58,9 +59,17 @@ sub full_walks
 	for my $line (split /\n/, slurp_file($node->logfile, $from))
 	{
 		next unless $line =~
-		  /^\S+ (\d+):(\d+):([\d.]+) .*full walk of the $bound bound took (\d+) us; the next in (\d+) ms(?:; (\d+) index entries read)?/;
+		  /^(\d+)-(\d+)-(\d+) (\d+):(\d+):([\d.]+) .*full walk of the $bound bound took (\d+) us; the next in (\d+) ms(?:; (\d+) index entries read)?/;
+		# seconds since the epoch (as if the log were in UTC: only the gaps
+		# between walks count, and DST aside they are the same): a run across
+		# midnight once took the walk after 00:00 for one 24 h early
 		push @walks,
-		  { at => $1 * 3600 + $2 * 60 + $3, took_us => $4, next_ms => $5, read => $6 // -1 };
+		  {
+			at => timegm(0, $5, $4, $3, $2 - 1, $1) + $6,
+			took_us => $7,
+			next_ms => $8,
+			read => $9 // -1
+		  };
 	}
 	return @walks;
 }
