@@ -624,21 +624,20 @@ class Bench:
                              "FROM generate_series(1, %s)))", (name, systems.PAYLOAD, k))
 
     # -- setup -----------------------------------------------------------------
+    def optional_extension(self, name, without):
+        """CREATE EXTENSION name; False (logging what is left out) when it
+        is not available."""
+        try:
+            self.admin.execute("CREATE EXTENSION IF NOT EXISTS %s" % name)
+            return True
+        except Exception as e:  # noqa: BLE001 - the figure it gives is then left out
+            log("%s not available (%s): no %s in (f)" % (name, e, without))
+            self.admin = self.reconnect(self.admin)
+            return False
+
     def setup_systems(self, keys):
-        try:
-            self.admin.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
-            self.has_pgstattuple = True
-        except Exception as e:  # noqa: BLE001 - the exact dead-tuple count is then left out
-            log("pgstattuple not available (%s): no exact dead-tuple counts in (f)" % e)
-            self.admin = self.reconnect(self.admin)
-            self.has_pgstattuple = False
-        try:
-            self.admin.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
-            self.has_pageinspect = True
-        except Exception as e:  # noqa: BLE001 - the dead line pointers are then left out
-            log("pageinspect not available (%s): no dead line pointer counts in (f)" % e)
-            self.admin = self.reconnect(self.admin)
-            self.has_pageinspect = False
+        self.has_pgstattuple = self.optional_extension("pgstattuple", "exact dead-tuple counts")
+        self.has_pageinspect = self.optional_extension("pageinspect", "dead line pointer counts")
         for k in keys:
             cls = systems.ALL[k]
             if k == "4" and not self.prepare_pgqueue():
