@@ -20,13 +20,13 @@ OBJS = \
 	src/tables.o \
 	src/uuid7.o
 EXTENSION = pgqueue
-DATA = pgqueue--1.0.sql pgqueue--1.1.sql pgqueue--1.0--1.1.sql
+DATA = pgqueue--1.0.sql pgqueue--1.1.sql pgqueue--1.0--1.1.sql pgqueue--1.1--1.2.sql
 PGFILEDESC = "pgqueue - durable job queue with an in-server scheduler"
 
 # pg_regress, isolation and TAP tests all run against private servers that
 # preload the library (test/regress.conf); see scripts/test.sh.
 REGRESS = setup push schedule claim lease ack_nack release configure stats \
-	security bad_input counters lighter_rows operate archive periodic slots
+	security bad_input counters lighter_rows operate archive periodic slots job_max_tries
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--temp-instance=$(CURDIR)/tmp_check_regress
 ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack dedup_race scan_hints schedule_bound \

@@ -69,9 +69,9 @@ PG_FUNCTION_INFO_V1(pgq_stats);
 int			pgqueue_max_payload_kb = 16 * 1024;
 
 /* Kept plans, prepared on first use in each backend. */
-static SPIPlanPtr plan_push_dedup[2];	/* by slotted (1.1) or not (1.0) */
-static SPIPlanPtr plan_find_dedup[2];
-static SPIPlanPtr plan_release[2] = {NULL, NULL};
+static SPIPlanPtr plan_push_dedup[PGQ_NUM_LAYOUTS];	/* by layout */
+static SPIPlanPtr plan_find_dedup[2];	/* by slotted (1.1) or not (1.0) */
+static SPIPlanPtr plan_release[PGQ_NUM_LAYOUTS];
 static SPIPlanPtr plan_configure[2] = {NULL, NULL};
 static SPIPlanPtr plan_stats = NULL;
 
@@ -215,10 +215,48 @@ pgq_push_lower_at_commit(FunctionCallInfo fcinfo, int32 slot)
 }
 
 /*
- * pgq_push(queue, payload, run_after, priority, dedup_key) returns uuid
+ * A job's own max_tries (1.2: argument argno of pgq_push and pgq_push_batch;
+ * the 1.1 functions have no such argument): 0 when absent or NULL, the
+ * queue's then applies.
+ */
+static int32
+pgq_max_tries_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int32		max_tries;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return 0;
+	max_tries = PG_GETARG_INT32(argno);
+	if (max_tries < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_tries must be at least 1"),
+				 errdetail("max_tries was %d.", max_tries),
+				 errhint("Pass NULL to use the queue's max_tries (pgq_configure).")));
+	return max_tries;
+}
+
+/* The dedup push's INSERT, by layout: 1.0 into the table, 1.1 and 1.2 slot 0 */
+#define PUSH_DEDUP_SQL(TABLE, COLS, VALUES) \
+	"INSERT INTO pgqueue." TABLE " (id, queue, payload, run_after, priority, dedup_key" COLS ")" \
+	" VALUES ($1, $2, $3, coalesce($4, pg_catalog.now()), $5, $6" VALUES ")" \
+	" ON CONFLICT (queue, dedup_key)" \
+	"   WHERE dedup_key IS NOT NULL AND state <> 'failed'" \
+	" DO NOTHING RETURNING id"
+
+static const char *const push_dedup_sql[PGQ_NUM_LAYOUTS] = {
+	PUSH_DEDUP_SQL("queue", "", ""),
+	PUSH_DEDUP_SQL("queue_0", "", ""),
+	PUSH_DEDUP_SQL("queue_0", ", max_tries", ", $7")
+};
+
+/*
+ * pgq_push(queue, payload, run_after, priority, dedup_key, max_tries)
+ * returns uuid (1.1: no max_tries)
  *
  * Inserts a pending job.  With a dedup_key, a live job with the same
- * (queue, dedup_key) wins and its id is returned instead.
+ * (queue, dedup_key) wins and its id is returned instead (its own
+ * max_tries unchanged).
  */
 Datum
 pgq_push(PG_FUNCTION_ARGS)
@@ -229,8 +267,9 @@ pgq_push(PG_FUNCTION_ARGS)
 	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
 	pg_uuid_t  *result = NULL;
 	int32		slot = 0;		/* where it went: jobs with a dedup_key, slot 0 */
-	Datum		args[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	int32		max_tries = pgq_max_tries_arg(fcinfo, 5);
+	Datum		args[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			attempt;
 
 	pgq_require(fcinfo, 1, "payload");
@@ -251,17 +290,20 @@ pgq_push(PG_FUNCTION_ARGS)
 	args[4] = PG_GETARG_DATUM(3);
 	args[5] = PointerGetDatum(dedup_key);
 	nulls[5] = dedup_key ? ' ' : 'n';
+	args[6] = Int32GetDatum(max_tries);
+	nulls[6] = max_tries > 0 ? ' ' : 'n';
 
 	if (dedup_key == NULL)
 	{
 		slot = pgq_push_job(id, queue, payload, !PG_ARGISNULL(2),
 					 PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
-					 PG_GETARG_INT32(3));
+					 PG_GETARG_INT32(3), max_tries);
 		result = id;
 	}
 	else
 	{
-		Oid			types[6] = {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, TEXTOID};
+		Oid			types[7] = {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, TEXTOID,
+		INT4OID};
 		Oid			ftypes[2] = {TEXTOID, TEXTOID};
 		SPIPlanPtr	plan;
 		SPIPlanPtr	find;
@@ -274,25 +316,19 @@ pgq_push(PG_FUNCTION_ARGS)
 		 */
 		bool		slotted = get_rel_relkind(pgq_relid(get_namespace_oid("pgqueue", false),
 														"queue")) == RELKIND_PARTITIONED_TABLE;
+		PgqLayout	layout = !slotted ? PGQ_V10 :
+			get_attnum(pgq_relid(get_namespace_oid("pgqueue", false), "queue"),
+					   "max_tries") != InvalidAttrNumber ? PGQ_V12 : PGQ_V11;
 
 		/*
 		 * Jobs with a dedup_key go to slot 0, queue's cold slot, and stay
 		 * there (ring.c moves rows into it, never out): its unique index
 		 * covers every one of them.
 		 */
-		plan = pgq_keep_plan(&plan_push_dedup[slotted],
-							 slotted ?
-							 "INSERT INTO pgqueue.queue_0 (id, queue, payload, run_after, priority, dedup_key)"
-							 " VALUES ($1, $2, $3, coalesce($4, pg_catalog.now()), $5, $6)"
-							 " ON CONFLICT (queue, dedup_key)"
-							 "   WHERE dedup_key IS NOT NULL AND state <> 'failed'"
-							 " DO NOTHING RETURNING id" :
-							 "INSERT INTO pgqueue.queue (id, queue, payload, run_after, priority, dedup_key)"
-							 " VALUES ($1, $2, $3, coalesce($4, pg_catalog.now()), $5, $6)"
-							 " ON CONFLICT (queue, dedup_key)"
-							 "   WHERE dedup_key IS NOT NULL AND state <> 'failed'"
-							 " DO NOTHING RETURNING id",
-							 6, types);
+		if (max_tries > 0 && layout < PGQ_V12)
+			elog(ERROR, "pgqueue.queue has no max_tries column");
+		plan = pgq_keep_plan(&plan_push_dedup[layout], push_dedup_sql[layout],
+							 layout == PGQ_V12 ? 7 : 6, types);
 		find = pgq_keep_plan(&plan_find_dedup[slotted],
 							 slotted ?
 							 "SELECT id FROM pgqueue.queue_0"
@@ -346,8 +382,8 @@ pgq_push(PG_FUNCTION_ARGS)
 }
 
 /*
- * pgq_push_batch(queue, payloads jsonb[], run_after, priority) returns
- * setof uuid
+ * pgq_push_batch(queue, payloads jsonb[], run_after, priority, max_tries)
+ * returns setof uuid (1.1: no max_tries)
  *
  * Inserts one pending job per payload (jobs.c, in one write) and returns
  * their ids in the order of the payloads.
@@ -365,6 +401,7 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	int			n;
 	int			i;
 	int32		slot;
+	int32		max_tries = pgq_max_tries_arg(fcinfo, 4);
 
 	pgq_require(fcinfo, 1, "payloads");
 	payloads = PG_GETARG_ARRAYTYPE_P(1);
@@ -406,7 +443,7 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	}
 	slot = pgq_push_jobs(idvals, elems, n, queue, !PG_ARGISNULL(2),
 						 PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
-						 PG_GETARG_INT32(3));
+						 PG_GETARG_INT32(3), max_tries);
 
 	for (i = 0; i < n; i++)
 	{
@@ -613,7 +650,26 @@ pgq_nack(PG_FUNCTION_ARGS)
 #define RELEASE_REASON \
 "pg_catalog.format('released by %s on try %s of %s', $1, j.tries, j.max_tries)"
 
-static const char *const release_sql[2] = {
+/* 1.1 and 1.2 (MAX_TRIES: a job's max_tries in SQL) */
+#define RELEASE_11(MAX_TRIES) \
+	"WITH j0 AS (" \
+	"  SELECT w.id, w.tries, w.version, " MAX_TRIES " AS max_tries," \
+	"         w.tries >= " MAX_TRIES " AS last_try" \
+	"    FROM pgqueue.work_queue w LEFT JOIN pgqueue.queues s ON s.queue = w.queue" \
+	"   WHERE w.lock_key = $1" \
+	"     FOR UPDATE OF w)," \
+	" j AS (SELECT j.*, " RELEASE_REASON " AS reason FROM j0 j)," \
+	RELEASE_REST \
+	PGQ_SQL_FAIL_LAST_TRIES("j.tries", "j.version + 1") "," \
+	" sync AS (" \
+	"  UPDATE pgqueue.queue q SET tries = j.tries, version = j.version" \
+	"    FROM j" \
+	"   WHERE q.id = ANY (ARRAY(SELECT rel.id FROM rel)) AND j.id = q.id)" \
+	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int," \
+	"        (SELECT min(rel.created) FROM rel)"
+
+static const char *const release_sql[PGQ_NUM_LAYOUTS] = {
+	/* 1.0 */
 	"WITH l AS ("
 	"  SELECT w.id FROM pgqueue.work_queue w WHERE w.lock_key = $1 FOR UPDATE OF w),"
 	" j0 AS ("
@@ -626,21 +682,10 @@ static const char *const release_sql[2] = {
 	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int,"
 	"        (SELECT min(rel.created) FROM rel)",
 
-	"WITH j0 AS ("
-	"  SELECT w.id, w.tries, w.version, " PGQ_SQL_MAX_TRIES " AS max_tries,"
-	"         w.tries >= " PGQ_SQL_MAX_TRIES " AS last_try"
-	"    FROM pgqueue.work_queue w LEFT JOIN pgqueue.queues s ON s.queue = w.queue"
-	"   WHERE w.lock_key = $1"
-	"     FOR UPDATE OF w),"
-	" j AS (SELECT j.*, " RELEASE_REASON " AS reason FROM j0 j),"
-	RELEASE_REST
-	PGQ_SQL_FAIL_LAST_TRIES("j.tries", "j.version + 1") ","
-	" sync AS ("
-	"  UPDATE pgqueue.queue q SET tries = j.tries, version = j.version"
-	"    FROM j"
-	"   WHERE q.id = ANY (ARRAY(SELECT rel.id FROM rel)) AND j.id = q.id)"
-	" SELECT (SELECT count(*) FROM rel)::int, (SELECT count(*) FROM dq)::int,"
-	"        (SELECT min(rel.created) FROM rel)"
+	/* 1.1 */
+	RELEASE_11(PGQ_SQL_MAX_TRIES),
+	/* 1.2 */
+	RELEASE_11(PGQ_SQL_JOB_MAX_TRIES("w"))
 };
 
 /*

@@ -567,7 +567,7 @@ pgq_archive_maintain(void)
 	int			nestlevel;
 
 	next_maintain = GetCurrentTimestamp() + PGQ_ARCHIVE_MAINTAIN_USECS;
-	if (pgq_layout() != PGQ_V11)
+	if (pgq_layout() < PGQ_V11)
 		return;
 	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("lock_timeout", PGQ_ARCHIVE_LOCK_TIMEOUT_MS,

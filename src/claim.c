@@ -64,7 +64,7 @@
 
 #include "jobs.h"
 
-static SPIPlanPtr plan_claim_stolen[2] = {NULL, NULL};
+static SPIPlanPtr plan_claim_stolen[PGQ_NUM_LAYOUTS];
 
 static void pgq_slots_by_low(PgqWrite *w, int *order);
 
@@ -143,7 +143,28 @@ typedef struct LeaseArgs
 "   LEFT JOIN x ON true" \
 "  ORDER BY x.created, x.batch_order"
 
-static const char *const claim_stolen_sql[2] = {
+/* 1.1 and 1.2: COLUMNS of work_queue, MAX_TRIES a job's max_tries in SQL */
+#define CLAIM_STOLEN_11(COLUMNS, MAX_TRIES) \
+	CLAIM_STOLEN_EXPIRED(COLUMNS) \
+	" j AS (" \
+	"  SELECT e.id, e.tries, e.version, " MAX_TRIES " AS max_tries," \
+	"         e.tries >= " MAX_TRIES " AS last_try," \
+	"         pg_catalog.format('lease of %s expired on try %s of %s'," \
+	"                           e.old_key, e.tries, " MAX_TRIES ") AS reason" \
+	"    FROM e LEFT JOIN pgqueue.queues s ON s.queue = e.queue)," \
+	PGQ_SQL_FAIL_LAST_TRIES("j.tries", "j.version + 1") "," \
+	" cw AS (" \
+	"  UPDATE pgqueue.work_queue w" \
+	"     SET lock_key = $1, started = $5, lock_timeout = $5 + $3," \
+	"         version = w.version + 1, tries = w.tries + 1" \
+	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE NOT j.last_try))" \
+	"  RETURNING w.id, w.tries, w.version, w.lock_timeout, w.created, w.batch_order)," \
+	" x AS (SELECT cw.id, q.queue, q.payload, cw.tries, cw.version," \
+	"              cw.lock_timeout, cw.created, cw.batch_order" \
+	"         FROM cw JOIN pgqueue.queue q ON q.id = cw.id)" \
+	CLAIM_STOLEN_RESULT
+
+static const char *const claim_stolen_sql[PGQ_NUM_LAYOUTS] = {
 	/* 1.0 */
 	CLAIM_STOLEN_EXPIRED("")
 	" j AS ("
@@ -170,24 +191,9 @@ static const char *const claim_stolen_sql[2] = {
 	CLAIM_STOLEN_RESULT,
 
 	/* 1.1 */
-	CLAIM_STOLEN_EXPIRED(", w.tries, w.version")
-	" j AS ("
-	"  SELECT e.id, e.tries, e.version, " PGQ_SQL_MAX_TRIES " AS max_tries,"
-	"         e.tries >= " PGQ_SQL_MAX_TRIES " AS last_try,"
-	"         pg_catalog.format('lease of %s expired on try %s of %s',"
-	"                           e.old_key, e.tries, " PGQ_SQL_MAX_TRIES ") AS reason"
-	"    FROM e LEFT JOIN pgqueue.queues s ON s.queue = e.queue),"
-	PGQ_SQL_FAIL_LAST_TRIES("j.tries", "j.version + 1") ","
-	" cw AS ("
-	"  UPDATE pgqueue.work_queue w"
-	"     SET lock_key = $1, started = $5, lock_timeout = $5 + $3,"
-	"         version = w.version + 1, tries = w.tries + 1"
-	"   WHERE w.id = ANY (ARRAY(SELECT j.id FROM j WHERE NOT j.last_try))"
-	"  RETURNING w.id, w.tries, w.version, w.lock_timeout, w.created, w.batch_order),"
-	" x AS (SELECT cw.id, q.queue, q.payload, cw.tries, cw.version,"
-	"              cw.lock_timeout, cw.created, cw.batch_order"
-	"         FROM cw JOIN pgqueue.queue q ON q.id = cw.id)"
-	CLAIM_STOLEN_RESULT
+	CLAIM_STOLEN_11(", w.tries, w.version", PGQ_SQL_MAX_TRIES),
+	/* 1.2 */
+	CLAIM_STOLEN_11(", w.tries, w.version, w.max_tries", PGQ_SQL_JOB_MAX_TRIES("e"))
 };
 
 /*
@@ -681,7 +687,7 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 	a.key = c->key;
 	a.now = now;
 	a.deadline = pgq_deadline(now, c->lease);
-	a.count_try = (w->layout == PGQ_V11);
+	a.count_try = (w->layout >= PGQ_V11);
 	for (i = 0; i < w->works_view.n; i++)
 		if (w->works[i].is_open)
 			pgq_write_changes(w, &w->works[i], work_changes, lengthof(work_changes));

@@ -68,9 +68,11 @@
 #include <signal.h>
 
 #include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "pgstat.h"
@@ -79,6 +81,8 @@
 #include "storage/procarray.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -103,6 +107,7 @@ static void pgq_next_utility(PlannedStmt *pstmt, const char *queryString,
 static bool pgq_in_schema(const RangeVar *rel);
 static bool pgq_loads_tables(Node *parsetree);
 static void pgq_restore_begins(void);
+static void pgq_restore_slot_columns(AlterTableStmt *stmt);
 static const char *pgq_database_command(Node *parsetree, const char **what);
 static bool pgq_may_run(Node *parsetree, const char *dbname);
 static int	pgq_hold_schedulers(Node *parsetree, const char *dbname,
@@ -144,7 +149,11 @@ pgq_process_utility(PlannedStmt *pstmt, const char *queryString,
 		case T_IndexStmt:
 		case T_AlterTableStmt:
 			if (context == PROCESS_UTILITY_TOPLEVEL && pgq_loads_tables(parsetree))
+			{
 				pgq_restore_begins();
+				if (IsA(parsetree, AlterTableStmt))
+					pgq_restore_slot_columns((AlterTableStmt *) parsetree);
+			}
 			break;
 		case T_CreatedbStmt:
 		case T_DropdbStmt:
@@ -296,6 +305,77 @@ pgq_restore_begins(void)
 						get_database_name(MyDatabaseId)),
 				 errdetail("It schedules nothing and leaves the slots and the archive alone until %d s after this session's last such statement, or its end.",
 						   PGQ_RESTORE_GRACE_SECS)));
+	}
+}
+
+/*
+ * Columns that an update after 1.1 added to pgqueue.queue and
+ * pgqueue.work_queue, all nullable without a default (pgqueue--1.1--1.2.sql).
+ */
+static const char *const pgq_later_columns[] = {"max_tries"};
+
+/*
+ * A dump of an older version restored into this one: the dump's slots (and
+ * only they: the extension's own tables are made by CREATE EXTENSION at
+ * the new version) lack the columns the updates since added to their
+ * parent, and their ATTACH PARTITION would fail ("table is missing column
+ * max_tries").  Before such an ATTACH into pgqueue.queue or
+ * pgqueue.work_queue (stmt, sent by a restore: pgq_loads_tables), each
+ * missing column of pgq_later_columns that the parent has is added to the
+ * slot, NULL in every restored row, as the update gives the rows of a
+ * live database.  Only a superuser restores pgqueue (pgq_restore_begins).
+ */
+static void
+pgq_restore_slot_columns(AlterTableStmt *stmt)
+{
+	ListCell   *lc;
+
+	if (stmt->objtype != OBJECT_TABLE || !superuser() ||
+		(strcmp(stmt->relation->relname, "queue") != 0 &&
+		 strcmp(stmt->relation->relname, "work_queue") != 0))
+		return;
+	foreach(lc, stmt->cmds)
+	{
+		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
+		PartitionCmd *pc;
+		Oid			parent;
+		Oid			slot;
+		int			i;
+
+		if (cmd->subtype != AT_AttachPartition)
+			continue;
+		pc = (PartitionCmd *) cmd->def;
+		if (!pgq_in_schema(pc->name))
+			continue;
+		parent = RangeVarGetRelid(stmt->relation, NoLock, true);
+		slot = RangeVarGetRelid(pc->name, NoLock, true);
+		if (!OidIsValid(parent) || !OidIsValid(slot))
+			continue;
+		for (i = 0; i < lengthof(pgq_later_columns); i++)
+		{
+			const char *col = pgq_later_columns[i];
+			AttrNumber	pattnum = get_attnum(parent, col);
+			Oid			typid;
+			int32		typmod;
+			Oid			collid;
+			int			nest;
+
+			if (pattnum == InvalidAttrNumber ||
+				get_attnum(slot, col) != InvalidAttrNumber)
+				continue;
+			get_atttypetypmodcoll(parent, pattnum, &typid, &typmod, &collid);
+			nest = pgq_spi_connect();
+			if (pgq_spi_ddl(psprintf("ALTER TABLE pgqueue.%s ADD COLUMN %s %s",
+									 quote_identifier(pc->name->relname),
+									 quote_identifier(col),
+									 format_type_with_typemod(typid, typmod))) != SPI_OK_UTILITY)
+				elog(ERROR, "could not add column %s to pgqueue.%s", col, pc->name->relname);
+			pgq_spi_finish(nest);
+			ereport(LOG,
+					(errmsg("pgqueue: column \"%s\" added to the restored slot \"pgqueue.%s\" before it is attached",
+							col, pc->name->relname),
+					 errdetail("The dump comes from an older version of pgqueue; the column is NULL in its rows, as an update leaves them.")));
+		}
 	}
 }
 

@@ -108,11 +108,13 @@ pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s)
  * ids[i] and payload payloads[i] (a Jsonb datum), in one write: the table,
  * its indexes and the snapshot are opened once for the batch.  run_after
  * NULL (has_run_after false): due at the transaction's start, as "DEFAULT
- * now()".
+ * now()".  max_tries > 0: the jobs' own limit of tries (1.2; 0: their
+ * queue's).
  */
 int32
 pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
-			  bool has_run_after, TimestampTz run_after, int32 priority)
+			  bool has_run_after, TimestampTz run_after, int32 priority,
+			  int32 max_tries)
 {
 	PgqWrite	w;
 	PgqTable   *t;
@@ -147,6 +149,8 @@ pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 	SETCOL(PGQ_COL_TRIES, Int32GetDatum(0));
 	SETCOL(PGQ_COL_PRIORITY, Int32GetDatum(priority));
 	SETCOL(PGQ_COL_RUN_AFTER, TimestampTzGetDatum(has_run_after ? run_after : now));
+	if (max_tries > 0)
+		SETCOL(PGQ_COL_MAX_TRIES, Int32GetDatum(max_tries));
 	for (i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -165,11 +169,12 @@ pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 /* Insert one pending job (no dedup_key) with id *id: pgq_push_jobs. */
 int32
 pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload, bool has_run_after,
-			 TimestampTz run_after, int32 priority)
+			 TimestampTz run_after, int32 priority, int32 max_tries)
 {
 	Datum		d = JsonbPGetDatum(payload);
 
-	return pgq_push_jobs(id, &d, 1, queue, has_run_after, run_after, priority);
+	return pgq_push_jobs(id, &d, 1, queue, has_run_after, run_after, priority,
+						 max_tries);
 }
 
 /* ----------------------------------------------------------------
@@ -400,6 +405,14 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 		pgq_queue_settings(pgq_get(w.work, w.work->found, PGQ_COL_QUEUE, &isnull),
 						   w.snapshot, &s);
 		a.max_tries = s.max_tries;
+		/* 1.2: the job's own, copied into its work_queue row when scheduled */
+		if (w.layout >= PGQ_V12)
+		{
+			Datum		own = pgq_get(w.work, w.work->found, PGQ_COL_MAX_TRIES, &isnull);
+
+			if (!isnull)
+				a.max_tries = DatumGetInt32(own);
+		}
 		done = pgq_write_job_row(&w, id, NULL, pgq_nack_build, &a,
 								 changes, lengthof(changes));
 		if (done)

@@ -25,6 +25,10 @@
 /* A queue's max_tries in SQL, s being its pgqueue.queues row (or NULL). */
 #define PGQ_SQL_MAX_TRIES "coalesce(s.max_tries, " CppAsString2(PGQ_DEFAULT_MAX_TRIES) ")"
 
+/* 1.2: a job's max_tries in SQL: its own (in its row W), else its queue's. */
+#define PGQ_SQL_JOB_MAX_TRIES(W) \
+	"coalesce(" W ".max_tries, s.max_tries, " CppAsString2(PGQ_DEFAULT_MAX_TRIES) ")"
+
 /*
  * The jobs found on their last try fail: the CTEs that end the statements
  * that steal expired leases (claim.c) and release a holder's jobs (api.c).
@@ -69,9 +73,11 @@ typedef struct PgqQueueSettings
 
 extern void pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s);
 extern int32 pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload,
-						  bool has_run_after, TimestampTz run_after, int32 priority);
+						  bool has_run_after, TimestampTz run_after, int32 priority,
+						  int32 max_tries);
 extern int32 pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
-						  bool has_run_after, TimestampTz run_after, int32 priority);
+						  bool has_run_after, TimestampTz run_after, int32 priority,
+						  int32 max_tries);
 extern bool pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline);
 extern int	pgq_ack_jobs(Datum *ids, int n, text *key);
 extern const char *pgq_nack_job(Datum id, text *key, text *error,

@@ -715,7 +715,8 @@ ring_ddl(const char *sql)
 
 /*
  * Make slot s of ring r: a table like the parent with its own primary key
- * and indexes, named after it as pgqueue--1.1.sql names slot 0's (a slot
+ * and indexes, named after it as pgqueue--1.1.sql (and --1.1--1.2.sql)
+ * names slot 0's (a slot
  * of queue after 0 has no dedup index: jobs with a dedup_key go to slot 0
  * and stay there), then attached (SHARE UPDATE EXCLUSIVE on the parent:
  * calls go on).  Not a member of the extension: pg_dump dumps it with its
@@ -727,6 +728,7 @@ make_slot(Oid nsp, int r, int32 s)
 	const char *parent = ring_names[r];
 	char	   *t = psprintf("%s_%d", parent, s);
 	const char *qt = quote_identifier(t);
+	bool		v12 = get_attnum(pgq_relid(nsp, parent), "max_tries") != InvalidAttrNumber;
 
 	ring_ddl(psprintf("CREATE TABLE pgqueue.%s (LIKE pgqueue.%s INCLUDING DEFAULTS)"
 					  " WITH (fillfactor = %d)", qt, parent, r == RING_WORK ? 70 : 80));
@@ -752,8 +754,10 @@ make_slot(Oid nsp, int r, int32 s)
 						  quote_identifier(psprintf("%s_ready_idx", t)), qt));
 		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue) WHERE state = 'scheduled'",
 						  quote_identifier(psprintf("%s_scheduled_idx", t)), qt));
-		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue) WHERE state = 'failed'",
-						  quote_identifier(psprintf("%s_failed_idx", t)), qt));
+		/* 1.2: failed jobs page by (queue, id) (pgqueue--1.1--1.2.sql) */
+		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue%s) WHERE state = 'failed'",
+						  quote_identifier(psprintf("%s_failed_idx", t)), qt,
+						  v12 ? ", id" : ""));
 	}
 	ring_ddl(psprintf("ALTER TABLE pgqueue.%s ATTACH PARTITION pgqueue.%s"
 							  " FOR VALUES IN (%d)", parent, qt, s));
@@ -1213,7 +1217,7 @@ pgq_ring_shrink(void)
 	static int	rings[2] = {RING_QUEUE, RING_WORK};
 
 	next_shrink = GetCurrentTimestamp() + PGQ_RING_MAINTAIN_USECS;
-	if (pgq_layout() != PGQ_V11)
+	if (pgq_layout() < PGQ_V11)
 		return;
 	if (shrink_wanted[RING_WORK])
 		pgq_upkeep_try(ring_shrink, &rings[RING_WORK], "retire the free slots of pgqueue.work_queue",
@@ -1490,7 +1494,7 @@ pgq_ring_check_full(void)
 	PgqRingView w;
 	PgqRingView j;
 
-	if (pgq_layout() != PGQ_V11)
+	if (pgq_layout() < PGQ_V11)
 		return;
 	nsp = get_namespace_oid("pgqueue", false);
 	pgq_ring_view(nsp, "work_queue", &w);
@@ -1539,7 +1543,7 @@ pgq_ring_maintain(void)
 
 	next_maintain = GetCurrentTimestamp() + PGQ_RING_MAINTAIN_USECS;
 	full_wanted = false;
-	if (pgq_layout() != PGQ_V11)
+	if (pgq_layout() < PGQ_V11)
 		return;
 	nsp = get_namespace_oid("pgqueue", false);
 	if (!OidIsValid(get_relname_relid("slots", nsp)))

@@ -774,10 +774,18 @@ pgq_take_row(PassRels *r, PgqTable *job, text *qname, TimestampTz now, int32 ord
 		SETW(PGQ_COL_QUEUE, PointerGetDatum(qname));
 		SETW(PGQ_COL_CREATED, TimestampTzGetDatum(now));
 		SETW(PGQ_COL_BATCH_ORDER, Int32GetDatum(order));
-		SETW(PGQ_COL_VERSION, r->w.layout == PGQ_V11
+		SETW(PGQ_COL_VERSION, r->w.layout >= PGQ_V11
 			 ? pgq_get(job, job->next, PGQ_COL_VERSION, &isnull) : Int32GetDatum(0));
-		if (r->w.layout == PGQ_V11)
+		if (r->w.layout >= PGQ_V11)
 			SETW(PGQ_COL_TRIES, pgq_get(job, job->next, PGQ_COL_TRIES, &isnull));
+		/* 1.2: the job's own max_tries, where the end of a try reads it */
+		if (r->w.layout >= PGQ_V12 && job->att[PGQ_COL_MAX_TRIES] != InvalidAttrNumber)
+		{
+			Datum		own = pgq_get(job, job->next, PGQ_COL_MAX_TRIES, &isnull);
+
+			if (!isnull)
+				SETW(PGQ_COL_MAX_TRIES, own);
+		}
 #undef SETW
 		pgq_insert(&r->w, work, values, nulls);
 	}

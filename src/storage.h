@@ -24,14 +24,19 @@
 
 /*
  * The layout of the pgqueue tables in the current database: the SQL objects
- * of version 1.0, or of 1.1 (work_queue keeps a job's tries and version,
- * no foreign key).  Values index arrays of statements.
+ * of version 1.0, of 1.1 (work_queue keeps a job's tries and version, no
+ * foreign key), or of 1.2 (a job's own max_tries, in its queue row and,
+ * once scheduled, its work_queue row).  Values index arrays of statements;
+ * each layout has what the one before it has ("layout >= PGQ_V11").
  */
 typedef enum PgqLayout
 {
 	PGQ_V10 = 0,
-	PGQ_V11 = 1
+	PGQ_V11 = 1,
+	PGQ_V12 = 2
 } PgqLayout;
+
+#define PGQ_NUM_LAYOUTS 3
 
 /* tables.c: direct access to pgqueue's tables for the per-job calls */
 
@@ -54,6 +59,7 @@ typedef enum PgqCol
 	PGQ_COL_LOCK_KEY,
 	PGQ_COL_LOCK_TIMEOUT,
 	PGQ_COL_SLOT,
+	PGQ_COL_MAX_TRIES,			/* 1.2 */
 	PGQ_NUM_COLS
 } PgqCol;
 

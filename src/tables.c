@@ -66,7 +66,7 @@
 static const char *const pgq_col_names[PGQ_NUM_COLS] = {
 	"id", "queue", "created", "version", "tries", "state", "priority",
 	"run_after", "payload", "dedup_key", "last_error", "batch_order",
-	"started", "lock_key", "lock_timeout", "slot"
+	"started", "lock_key", "lock_timeout", "slot", "max_tries"
 };
 
 static void pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti,
@@ -206,7 +206,8 @@ pgq_write_close(PgqWrite *w)
  * the read-only error); open (PGQ_OPEN_WORK, PGQ_OPEN_JOB) says which
  * tables to open now: work_queue's current slot, queue's.  Other slots of
  * work_queue are opened on demand (pgq_work_slot), queue's by
- * pgq_write_job.  With work_queue open, w->layout tells 1.0 from 1.1.
+ * pgq_write_job.  w->layout tells 1.0 from 1.1 (with work_queue open) and
+ * 1.1 from 1.2 (from the table opened: both get max_tries in one update).
  * Tables are opened ROW EXCLUSIVE, so an ALTER EXTENSION ... UPDATE in
  * progress is waited for and its layout seen.
  *
@@ -258,12 +259,17 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 			w->work = pgq_work_slot(w, 0);
 			if (w->work->att[PGQ_COL_TRIES] == InvalidAttrNumber)
 				w->layout = PGQ_V10;
+			else if (w->work->att[PGQ_COL_MAX_TRIES] != InvalidAttrNumber)
+				w->layout = PGQ_V12;
 			pgq_ring_view(nsp, "work_queue", &again);
 			moved |= again.relid[0] != w->works_view.relid[0];
 		}
 		if (open & PGQ_OPEN_JOB)
 		{
 			(void) pgq_write_job(w);
+			if (!(open & PGQ_OPEN_WORK) &&
+				w->job->att[PGQ_COL_MAX_TRIES] != InvalidAttrNumber)
+				w->layout = PGQ_V12;
 			pgq_ring_view(nsp, "queue", &again);
 			moved |= again.relid[0] != w->jobs_view.relid[0];
 		}
@@ -1005,8 +1011,9 @@ pgq_relid(Oid nsp, const char *name)
 }
 
 /*
- * Which layout this database's pgqueue tables have: PGQ_V11 when
- * pgqueue.work_queue has the tries column of version 1.1, else PGQ_V10.  One
+ * Which layout this database's pgqueue tables have: PGQ_V12 when
+ * pgqueue.work_queue has the max_tries column of version 1.2, PGQ_V11 when
+ * it has the tries column of version 1.1, else PGQ_V10.  One
  * library serves databases still at 1.0 (packages replace the library before
  * anyone runs ALTER EXTENSION ... UPDATE) and updated ones, and tells them
  * apart per call.  work_queue is locked first (ACCESS SHARE, held to the end
@@ -1019,6 +1026,8 @@ pgq_layout(void)
 	Oid			relid = pgq_relid(get_namespace_oid("pgqueue", false), "work_queue");
 
 	LockRelationOid(relid, AccessShareLock);
+	if (get_attnum(relid, "max_tries") != InvalidAttrNumber)
+		return PGQ_V12;
 	return get_attnum(relid, "tries") != InvalidAttrNumber ? PGQ_V11 : PGQ_V10;
 }
 

@@ -1,0 +1,149 @@
+/* pgqueue--1.1--1.2.sql: ALTER EXTENSION pgqueue UPDATE TO '1.2' */
+\echo Use "ALTER EXTENSION pgqueue UPDATE TO '1.2'" to load this file. \quit
+
+/*
+ * Runs on a live 1.1 database: every job keeps its state, lease, holder and
+ * tries; the scheduler and the calls go on, waiting for this transaction's
+ * locks.  A fresh CREATE EXTENSION of 1.2 runs pgqueue--1.1.sql and then
+ * this file, so a fresh 1.2 and an updated one have the same schema.
+ *
+ * The library tells the layouts apart per call (src/tables.c, pgq_layout:
+ * work_queue's max_tries column), after it has locked the tables, so no
+ * call sees half of this update.
+ *
+ * Locks first, in the order the calls take them (work_queue, then queue),
+ * so that the update waits for the calls under way and no call deadlocks
+ * with it.
+ */
+LOCK TABLE pgqueue.work_queue, pgqueue.queue IN ACCESS EXCLUSIVE MODE;
+
+/*
+ * A job's own limit of tries (NULL: its queue's), set by pgq_push and
+ * pgq_push_batch, copied into its work_queue row by the scheduler, read
+ * where a try ends (pgq_nack, the steal of an expired lease, pgq_release).
+ * Nullable, no default: adding them rewrites no row.  Last, as in every
+ * slot the ring makes from now on (CREATE TABLE ... LIKE the parent).
+ */
+ALTER TABLE pgqueue.queue ADD COLUMN max_tries int;
+ALTER TABLE pgqueue.work_queue ADD COLUMN max_tries int;
+
+/*
+ * Failed jobs page by (queue, id): every slot of pgqueue.queue attached
+ * now gets its failed_idx on (queue, id) instead of (queue); the slots the
+ * ring makes from now on get it too (src/ring.c, make_slot).  Slots the
+ * ring retired (detached, waiting to be dropped) are no longer read.
+ */
+DO $$
+DECLARE
+    slot regclass;
+    idx  text;
+BEGIN
+    FOR slot IN
+        SELECT i.inhrelid::regclass
+          FROM pg_catalog.pg_inherits i
+         WHERE i.inhparent = 'pgqueue.queue'::regclass
+         ORDER BY i.inhrelid
+    LOOP
+        SELECT c.relname INTO idx
+          FROM pg_catalog.pg_class c
+         WHERE c.oid = slot;
+        idx := idx || '_failed_idx';
+        EXECUTE pg_catalog.format('DROP INDEX IF EXISTS pgqueue.%I', idx);
+        EXECUTE pg_catalog.format(
+            'CREATE INDEX %I ON %s (queue, id) WHERE state = ''failed''', idx, slot);
+    END LOOP;
+END
+$$;
+
+/* A job's own max_tries, else its queue's. */
+CREATE OR REPLACE VIEW pgqueue.jobs AS
+SELECT q.id, q.queue,
+       CASE WHEN w.id IS NULL THEN q.state::text
+            WHEN w.lock_timeout >= pg_catalog.clock_timestamp() THEN 'running'
+            ELSE 'scheduled' END AS state,
+       q.priority, q.run_after, q.created,
+       coalesce(w.tries, q.tries) AS tries,
+       coalesce(q.max_tries, s.max_tries, 5) AS max_tries,
+       w.lock_key, w.lock_timeout, q.last_error, q.payload
+  FROM pgqueue.queue q
+  LEFT JOIN pgqueue.work_queue w ON w.id = q.id
+  LEFT JOIN pgqueue.queues s ON s.queue = q.queue;
+
+/*
+ * pgq_push and pgq_push_batch gain max_tries.  A function cannot gain an
+ * argument in place, and a second function beside the old one would make
+ * every call that leaves the new argument out ambiguous; so they are
+ * dropped and made again.  Privileges granted on them beyond the
+ * extension's own (pgqueue_producer) go with them: each is named in a
+ * WARNING with the GRANT that gives it back (run after the update: granted
+ * here, it would count as the extension's own, and pg_dump would not keep
+ * it).  An object of the database that depends on them (a view, a
+ * function with a SQL-standard body) stops the update with the usual
+ * 2BP01, naming it.
+ */
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT f.sig, a.grantee, a.is_grantable
+          FROM (VALUES ('pgq_push(text, jsonb, timestamptz, int, text)',
+                        'pgq_push(text, jsonb, timestamptz, int, text, int)'),
+                       ('pgq_push_batch(text, jsonb[], timestamptz, int)',
+                        'pgq_push_batch(text, jsonb[], timestamptz, int, int)')) AS f(old, sig)
+          JOIN pg_catalog.pg_proc p
+            ON p.oid = pg_catalog.to_regprocedure(
+                           pg_catalog.format('%s.%s',
+                               (SELECT e.extnamespace::regnamespace::text
+                                  FROM pg_catalog.pg_extension e
+                                 WHERE e.extname = 'pgqueue'), f.old))
+          LEFT JOIN pg_catalog.pg_init_privs ip
+            ON ip.objoid = p.oid AND ip.classoid = 'pg_catalog.pg_proc'::regclass
+           AND ip.objsubid = 0
+          CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+         WHERE a.privilege_type = 'EXECUTE'
+           AND NOT EXISTS (SELECT 1
+                             FROM pg_catalog.aclexplode(ip.initprivs) i
+                            WHERE i.grantee = a.grantee
+                              AND i.privilege_type = 'EXECUTE')
+           AND a.grantee <> p.proowner
+    LOOP
+        RAISE WARNING 'pgqueue 1.2: the EXECUTE privilege of % on % is not kept by the update',
+            CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(g.grantee::regrole::text) END,
+            g.sig
+            USING HINT = pg_catalog.format('After the update: GRANT EXECUTE ON FUNCTION %s TO %s%s;',
+                g.sig,
+                CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(g.grantee::regrole::text) END,
+                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+DROP FUNCTION pgq_push(text, jsonb, timestamptz, int, text);
+DROP FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int);
+
+CREATE FUNCTION pgq_push(queue text,
+                         payload jsonb DEFAULT '{}',
+                         run_after timestamptz DEFAULT NULL,
+                         priority int DEFAULT 0,
+                         dedup_key text DEFAULT NULL,
+                         max_tries int DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'pgq_push'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+CREATE FUNCTION pgq_push_batch(queue text,
+                               payloads jsonb[],
+                               run_after timestamptz DEFAULT NULL,
+                               priority int DEFAULT 0,
+                               max_tries int DEFAULT NULL)
+RETURNS SETOF uuid
+AS 'MODULE_PATHNAME', 'pgq_push_batch'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+REVOKE ALL ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int) TO pgqueue_producer;
+GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int) TO pgqueue_producer;
