@@ -77,7 +77,8 @@ for v in "$@"; do
 	psql -q -c 'CREATE DATABASE pkgtest'
 	psql -q -d pkgtest -c 'CREATE EXTENSION pgqueue'
 	check "CREATE EXTENSION pgqueue" \
-		"$(psql -d pkgtest -c "SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'")" 1.1
+		"$(psql -d pkgtest -c "SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'")" \
+		"$(sed -nE "s/^default_version = '([0-9.]+)'$/\1/p" "$(dirname "$0")/../pgqueue.control")"
 	sched=0
 	for _ in $(seq 1 60); do
 		sched=$(psql -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgqueue scheduler' AND datname = 'pkgtest'")

@@ -108,6 +108,7 @@ static bool pgq_in_schema(const RangeVar *rel);
 static bool pgq_loads_tables(Node *parsetree);
 static void pgq_restore_begins(void);
 static void pgq_restore_slot_columns(AlterTableStmt *stmt);
+static bool pgq_restore_failed_index(IndexStmt *stmt);
 static const char *pgq_database_command(Node *parsetree, const char **what);
 static bool pgq_may_run(Node *parsetree, const char *dbname);
 static int	pgq_hold_schedulers(Node *parsetree, const char *dbname,
@@ -153,6 +154,21 @@ pgq_process_utility(PlannedStmt *pstmt, const char *queryString,
 				pgq_restore_begins();
 				if (IsA(parsetree, AlterTableStmt))
 					pgq_restore_slot_columns((AlterTableStmt *) parsetree);
+				if (IsA(parsetree, IndexStmt) &&
+					pgq_restore_failed_index((IndexStmt *) parsetree))
+				{
+					/* the same statement on (queue, id): a copy, changed */
+					IndexElem  *id = makeNode(IndexElem);
+
+					pstmt = copyObject(pstmt);
+					readOnlyTree = false;
+					parsetree = pstmt->utilityStmt;
+					id->name = pstrdup("id");
+					id->ordering = SORTBY_DEFAULT;
+					id->nulls_ordering = SORTBY_NULLS_DEFAULT;
+					((IndexStmt *) parsetree)->indexParams =
+						lappend(((IndexStmt *) parsetree)->indexParams, id);
+				}
 			}
 			break;
 		case T_CreatedbStmt:
@@ -377,6 +393,38 @@ pgq_restore_slot_columns(AlterTableStmt *stmt)
 					 errdetail("The dump comes from an older version of pgqueue; the column is NULL in its rows, as an update leaves them.")));
 		}
 	}
+}
+
+/*
+ * A dump of 1.1 restored into 1.2 (as pgq_restore_slot_columns): whether
+ * stmt is the dump's CREATE INDEX of a slot's failed jobs on (queue),
+ * which 1.2 has on (queue, id) (pgqueue--1.1--1.2.sql, ring.c): the
+ * caller then runs it with id added.  The slot is pgqueue.queue_N, the
+ * index queue_N_failed_idx, and pgqueue.queue has 1.2's max_tries.
+ */
+static bool
+pgq_restore_failed_index(IndexStmt *stmt)
+{
+	const char *rel = stmt->relation->relname;
+	IndexElem  *only;
+	Oid			parent;
+
+	if (stmt->idxname == NULL || strncmp(rel, "queue_", 6) != 0 ||
+		strspn(rel + 6, "0123456789") != strlen(rel + 6) || rel[6] == '\0' ||
+		strcmp(stmt->idxname, psprintf("%s_failed_idx", rel)) != 0 ||
+		list_length(stmt->indexParams) != 1)
+		return false;
+	only = linitial_node(IndexElem, stmt->indexParams);
+	if (only->name == NULL || strcmp(only->name, "queue") != 0)
+		return false;
+	parent = get_relname_relid("queue", get_namespace_oid("pgqueue", true));
+	if (!OidIsValid(parent) || get_attnum(parent, "max_tries") == InvalidAttrNumber)
+		return false;
+	ereport(LOG,
+			(errmsg("pgqueue: index \"%s\" of the restored slot \"pgqueue.%s\" made on (queue, id)",
+					stmt->idxname, rel),
+			 errdetail("The dump comes from pgqueue 1.1, whose failed jobs' index is on (queue) alone.")));
+	return true;
 }
 
 /* ----------------------------------------------------------------
