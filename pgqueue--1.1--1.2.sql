@@ -11,11 +11,12 @@
  * work_queue's max_tries column), after it has locked the tables, so no
  * call sees half of this update.
  *
- * Locks first, in the order the calls take them (work_queue, then queue),
+ * Locks first, in the order the calls and the scheduling passes take them
+ * (work_queue, then queue, then the settings),
  * so that the update waits for the calls under way and no call deadlocks
  * with it.
  */
-LOCK TABLE pgqueue.work_queue, pgqueue.queue IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE pgqueue.work_queue, pgqueue.queue, pgqueue.queues IN ACCESS EXCLUSIVE MODE;
 
 /*
  * A job's own limit of tries (NULL: its queue's), set by pgq_push and
@@ -55,6 +56,31 @@ BEGIN
 END
 $$;
 
+/*
+ * Rate limits: the scheduler releases at most rate_limit jobs of a queue
+ * into work_queue in any window of rate_period (0: no limit).  Defaults
+ * that are constants: no row is rewritten.
+ */
+ALTER TABLE pgqueue.queues
+    ADD COLUMN rate_limit  int NOT NULL DEFAULT 0 CHECK (rate_limit >= 0),
+    ADD COLUMN rate_period interval NOT NULL DEFAULT '1 second'
+               CHECK (rate_period >= '10 milliseconds' AND rate_period <= '1 day');
+
+/*
+ * The releases of each rate-limited queue in its last rate_period, in
+ * buckets (src/rate.c), written by the scheduling passes in their own
+ * transactions.  State of the scheduler, not data: pg_dump leaves its rows
+ * out (a restored queue starts with an empty window).
+ */
+CREATE TABLE pgqueue.rate_windows (
+    queue  text PRIMARY KEY,
+    period bigint NOT NULL,     -- the rate_period the buckets cut, microseconds
+    newest bigint NOT NULL,     -- the number of the last bucket of counts
+    counts int[] NOT NULL       -- releases by bucket, oldest first
+);
+REVOKE ALL ON pgqueue.rate_windows FROM PUBLIC;
+GRANT SELECT ON pgqueue.rate_windows TO pgqueue_admin;
+
 /* A job's own max_tries, else its queue's. */
 CREATE OR REPLACE VIEW pgqueue.jobs AS
 SELECT q.id, q.queue,
@@ -70,11 +96,12 @@ SELECT q.id, q.queue,
   LEFT JOIN pgqueue.queues s ON s.queue = q.queue;
 
 /*
- * pgq_push and pgq_push_batch gain max_tries.  A function cannot gain an
+ * pgq_push and pgq_push_batch gain max_tries, pgq_configure rate_limit and
+ * rate_period.  A function cannot gain an
  * argument in place, and a second function beside the old one would make
  * every call that leaves the new argument out ambiguous; so they are
  * dropped and made again.  Privileges granted on them beyond the
- * extension's own (pgqueue_producer) go with them: each is named in a
+ * extension's own (pgqueue_producer, pgqueue_admin) go with them: each is named in a
  * WARNING with the GRANT that gives it back (run after the update: granted
  * here, it would count as the extension's own, and pg_dump would not keep
  * it).  An object of the database that depends on them (a view, a
@@ -90,7 +117,10 @@ BEGIN
           FROM (VALUES ('pgq_push(text, jsonb, timestamptz, int, text)',
                         'pgq_push(text, jsonb, timestamptz, int, text, int)'),
                        ('pgq_push_batch(text, jsonb[], timestamptz, int)',
-                        'pgq_push_batch(text, jsonb[], timestamptz, int, int)')) AS f(old, sig)
+                        'pgq_push_batch(text, jsonb[], timestamptz, int, int)'),
+                       ('pgq_configure(text, int, int, int, boolean, interval)',
+                        'pgq_configure(text, int, int, int, boolean, interval, int, interval)'))
+               AS f(old, sig)
           JOIN pg_catalog.pg_proc p
             ON p.oid = pg_catalog.to_regprocedure(
                            pg_catalog.format('%s.%s',
@@ -121,6 +151,7 @@ $$;
 
 DROP FUNCTION pgq_push(text, jsonb, timestamptz, int, text);
 DROP FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int);
+DROP FUNCTION pgq_configure(text, int, int, int, boolean, interval);
 
 CREATE FUNCTION pgq_push(queue text,
                          payload jsonb DEFAULT '{}',
@@ -147,3 +178,20 @@ REVOKE ALL ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int) FROM P
 REVOKE ALL ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int) TO pgqueue_producer;
 GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int) TO pgqueue_producer;
+
+CREATE FUNCTION pgq_configure(queue text,
+                              weight int DEFAULT NULL,
+                              max_in_flight int DEFAULT NULL,
+                              max_tries int DEFAULT NULL,
+                              paused boolean DEFAULT NULL,
+                              retention interval DEFAULT NULL,
+                              rate_limit int DEFAULT NULL,
+                              rate_period interval DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'pgq_configure'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
+
+REVOKE ALL ON FUNCTION pgq_configure(text, int, int, int, boolean, interval, int, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgq_configure(text, int, int, int, boolean, interval, int, interval) TO pgqueue_admin;

@@ -72,7 +72,7 @@ int			pgqueue_max_payload_kb = 16 * 1024;
 static SPIPlanPtr plan_push_dedup[PGQ_NUM_LAYOUTS];	/* by layout */
 static SPIPlanPtr plan_find_dedup[2];	/* by slotted (1.1) or not (1.0) */
 static SPIPlanPtr plan_release[PGQ_NUM_LAYOUTS];
-static SPIPlanPtr plan_configure[2] = {NULL, NULL};
+static SPIPlanPtr plan_configure[PGQ_NUM_LAYOUTS];
 static SPIPlanPtr plan_stats = NULL;
 
 static text *pgq_key_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
@@ -764,7 +764,8 @@ pgq_optional_int_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 }
 
 /*
- * The statement of pgq_configure: 1.0 has no retention ($6).
+ * The statement of pgq_configure: 1.0 has no retention ($6), 1.1 no
+ * rate_limit ($7) and rate_period ($8).
  */
 #define CONFIGURE_SQL(COLS, VALUES, SET) \
 	"INSERT INTO pgqueue.queues AS s (queue, weight, max_in_flight, max_tries, paused" COLS ")" \
@@ -776,26 +777,39 @@ pgq_optional_int_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 	"       max_tries = coalesce($4, s.max_tries)," \
 	"       paused = coalesce($5, s.paused)" SET
 
-static const char *const configure_sql[2] = {
+static const char *const configure_sql[PGQ_NUM_LAYOUTS] = {
 	CONFIGURE_SQL("", "", ""),
-	CONFIGURE_SQL(", retention", ", coalesce($6, '0')", ", retention = coalesce($6, s.retention)")
+	CONFIGURE_SQL(", retention", ", coalesce($6, '0')", ", retention = coalesce($6, s.retention)"),
+	CONFIGURE_SQL(", retention, rate_limit, rate_period",
+				  ", coalesce($6, '0'), coalesce($7, 0), coalesce($8, '1 second')",
+				  ", retention = coalesce($6, s.retention),"
+				  "  rate_limit = coalesce($7, s.rate_limit),"
+				  "  rate_period = coalesce($8, s.rate_period)")
 };
+
+/* Bounds of rate_period (pgq_configure, 1.2). */
+#define PGQ_MIN_RATE_PERIOD_USECS	(10 * INT64CONST(1000))
+#define PGQ_MAX_RATE_PERIOD_USECS	USECS_PER_DAY
 
 /*
  * pgq_configure(queue, weight, max_in_flight, max_tries, paused
- *               [, retention]) returns void
+ *               [, retention [, rate_limit, rate_period]]) returns void
  *
  * Creates or updates the queue's settings row; NULL keeps a setting.  The
  * 1.1 function has a sixth argument, retention (0 to 365 days), and makes
- * the archive partitions its jobs will go to over the next day.
+ * the archive partitions its jobs will go to over the next day.  The 1.2
+ * function has rate_limit (0: none) and rate_period (10 ms to 1 day, no
+ * months): the scheduler releases at most rate_limit jobs of the queue in
+ * any window of rate_period (rate.c).
  */
 Datum
 pgq_configure(PG_FUNCTION_ARGS)
 {
-	Oid			types[6] = {TEXTOID, INT4OID, INT4OID, INT4OID, BOOLOID, INTERVALOID};
-	Datum		args[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', 'n'};
-	PgqLayout	layout = PG_NARGS() > 5 ? PGQ_V11 : PGQ_V10;
+	Oid			types[8] = {TEXTOID, INT4OID, INT4OID, INT4OID, BOOLOID, INTERVALOID,
+	INT4OID, INTERVALOID};
+	Datum		args[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', 'n', 'n', 'n'};
+	PgqLayout	layout = PG_NARGS() > 7 ? PGQ_V12 : PG_NARGS() > 5 ? PGQ_V11 : PGQ_V10;
 	int64		retention = 0;
 
 	args[0] = PointerGetDatum(pgq_checked_text_arg(fcinfo, 0, "queue", PGQ_MAX_NAME_BYTES));
@@ -805,17 +819,40 @@ pgq_configure(PG_FUNCTION_ARGS)
 	args[4] = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
 	nulls[4] = PG_ARGISNULL(4) ? 'n' : ' ';
 	args[5] = (Datum) 0;
-	if (layout == PGQ_V11 && !PG_ARGISNULL(5))
+	if (layout >= PGQ_V11 && !PG_ARGISNULL(5))
 	{
 		retention = pgq_interval_arg(fcinfo, 5, "retention", 0, PGQ_MAX_RETENTION_USECS,
 									 "365 days");
 		args[5] = PG_GETARG_DATUM(5);
 		nulls[5] = ' ';
 	}
+	if (layout >= PGQ_V12)
+	{
+		pgq_optional_int_arg(fcinfo, 6, "rate_limit", 0, PG_INT32_MAX, &args[6], &nulls[6]);
+		if (!PG_ARGISNULL(7))
+		{
+			int64		period;
+
+			if (DatumGetIntervalP(PG_GETARG_DATUM(7))->month != 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("rate_period must not contain months or years"),
+						 errdetail("Months differ in length; a rate is counted over a fixed length."),
+						 errhint("Use days, hours or seconds, for example '1 day'.")));
+			period = pgq_interval_usecs(PG_GETARG_DATUM(7));
+			if (period < PGQ_MIN_RATE_PERIOD_USECS || period > PGQ_MAX_RATE_PERIOD_USECS)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("rate_period must be between 10 milliseconds and 1 day")));
+			args[7] = PG_GETARG_DATUM(7);
+			nulls[7] = ' ';
+		}
+	}
 
 	SPI_connect();
 	if (SPI_execute_plan(pgq_keep_plan(&plan_configure[layout], configure_sql[layout],
-									   layout == PGQ_V11 ? 6 : 5, types),
+									   layout == PGQ_V12 ? 8 : layout == PGQ_V11 ? 6 : 5,
+									   types),
 						 args, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "configure failed");
 	SPI_finish();

@@ -87,6 +87,29 @@ extern const char *pgq_nack_job(Datum id, text *key, text *error,
 extern void pgq_claim_jobs(ReturnSetInfo *rsinfo, text *key, int max_items,
 						   Datum lease, ArrayType *queues, TimestampTz wait_until);
 
+/*
+ * rate.c: the sliding window of a rate-limited queue's releases, as one
+ * scheduling pass reads and writes it (pgqueue.rate_windows).
+ */
+#define PGQ_RATE_BUCKETS 257
+
+typedef struct PgqRateWindow
+{
+	char	   *queue;
+	int64		period;			/* rate_period, usecs */
+	int64		width;			/* usecs a bucket */
+	int64		newest;			/* the bucket number of counts[last] */
+	int64		total;			/* sum of counts */
+	bool		dirty;			/* to be written */
+	int32		counts[PGQ_RATE_BUCKETS];	/* releases by bucket, oldest first */
+} PgqRateWindow;
+
+extern PgqRateWindow *pgq_rate_open(const char *queue, int32 limit, int64 period,
+									TimestampTz now, int64 *room);
+extern TimestampTz pgq_rate_free_at(const PgqRateWindow *w);
+extern void pgq_rate_count(PgqRateWindow *w);
+extern void pgq_rate_save(PgqRateWindow *w);
+
 /* schedule.c; caller must be connected to SPI inside a transaction */
 extern int	pgq_schedule_pass(int max_items);
 extern TimestampTz pgq_schedule_next_due(void);

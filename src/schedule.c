@@ -123,8 +123,14 @@ typedef struct QueueState
 	int32		weight;
 	int32		max_in_flight;
 	bool		paused;
+	int32		rate_limit;		/* 1.2: releases per rate_period; 0: none */
+	int64		rate_period;	/* usecs */
 	int64		room;			/* this pass: jobs it may still take */
 	uint64		room_pass;		/* the pass room was counted for */
+	bool		rate_held;		/* in the later heap for its full window */
+	PgqRateWindow *rate;		/* this pass: its window (rate.c), or NULL */
+	int64		rate_room;		/* this pass: releases its window allows */
+	uint64		rate_pass;		/* the pass these two belong to */
 	QueuePos	cursor;			/* this pass: the walk goes on after it */
 	bool		head_fixed;		/* this pass: the head stays where it is */
 	bool		held_row;		/* this pass: a row held by another transaction */
@@ -148,6 +154,7 @@ static uint64 pass_count = 0;
 static TimestampTz next_refresh = 0;
 static TimestampTz soonest_due = DT_NOEND;	/* after the last pass: the
 											 * earliest next_due > its now */
+static List *rate_windows = NIL;	/* this pass: the windows it opened */
 
 /* The relations of one pass; the indexes of queue's slots, opened on demand. */
 typedef struct PassRels
@@ -293,7 +300,11 @@ pgq_queue(const char *name, bool *is_new)
 		q->weight = 1;
 		q->max_in_flight = 0;
 		q->paused = false;
+		q->rate_limit = 0;
+		q->rate_period = USECS_PER_SEC;
+		q->rate_held = false;
 		q->room_pass = 0;
+		q->rate_pass = 0;
 		q->cursor_pass = 0;
 		q->mark = false;
 	}
@@ -336,6 +347,8 @@ pgq_load_settings(PassRels *r)
 		q->weight = 1;
 		q->max_in_flight = 0;
 		q->paused = false;
+		q->rate_limit = 0;
+		q->rate_period = USECS_PER_SEC;
 	}
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{
@@ -343,6 +356,8 @@ pgq_load_settings(PassRels *r)
 		int32		weight = 1;
 		int32		cap = 0;
 		bool		paused = false;
+		int32		rate_limit = 0;
+		int64		rate_period = USECS_PER_SEC;
 		int			i;
 
 		slot_getallattrs(slot);
@@ -361,6 +376,10 @@ pgq_load_settings(PassRels *r)
 				cap = DatumGetInt32(slot->tts_values[i]);
 			else if (strcmp(col, "paused") == 0)
 				paused = DatumGetBool(slot->tts_values[i]);
+			else if (strcmp(col, "rate_limit") == 0)
+				rate_limit = DatumGetInt32(slot->tts_values[i]);
+			else if (strcmp(col, "rate_period") == 0)
+				rate_period = pgq_interval_usecs(slot->tts_values[i]);
 		}
 		if (name == NULL || strlen(name) > PGQ_MAX_NAME_BYTES)
 			continue;
@@ -368,6 +387,8 @@ pgq_load_settings(PassRels *r)
 		q->weight = Max(weight, 1);
 		q->max_in_flight = cap;
 		q->paused = paused;
+		q->rate_limit = Max(rate_limit, 0);
+		q->rate_period = Max(rate_period, 1);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);
@@ -393,6 +414,13 @@ pgq_load_settings(PassRels *r)
 		{
 			pgq_unplace(q);
 			q->where = Q_HELD;
+		}
+		else if (q->where == Q_LATER && q->rate_held)
+		{
+			/* waiting for its window, which the new settings may change */
+			q->rate_held = false;
+			pgq_unplace(q);
+			pgq_make_ready(q);
 		}
 		else if (!q->paused && q->where == Q_HELD)
 		{
@@ -454,7 +482,8 @@ pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads)
 		if (q->mark)
 			continue;
 		pgq_unplace(q);
-		if (q->finish <= vtime && q->weight == 1 && q->max_in_flight == 0 && !q->paused)
+		if (q->finish <= vtime && q->weight == 1 && q->max_in_flight == 0 && !q->paused &&
+			q->rate_limit == 0)
 			(void) hash_search(queues, q->name, HASH_REMOVE, NULL);
 	}
 	return lowest;
@@ -526,6 +555,26 @@ pgq_room(PassRels *r, QueueState *q, text *qname)
 	}
 	UnregisterSnapshot(snap);
 	return q->room = Max(q->max_in_flight - n, 0);
+}
+
+/*
+ * Releases rate-limited queue q may still have in this pass (rate.c): 0
+ * when its window is full or another pass has it (q->rate NULL).  Its
+ * window is opened once a pass, and written at the pass's end.
+ */
+static int64
+pgq_rate_room(QueueState *q, TimestampTz now)
+{
+	if (q->rate_pass == pass_count)
+		return q->rate_room;
+	q->rate_pass = pass_count;
+	q->rate = pgq_rate_open(q->name, q->rate_limit, q->rate_period, now,
+							&q->rate_room);
+	if (q->rate == NULL)
+		q->rate_room = 0;
+	else
+		rate_windows = lappend(rate_windows, q->rate);
+	return q->rate_room;
 }
 
 /*
@@ -1055,6 +1104,22 @@ pgq_take_by_tag(PassRels *r, TimestampTz now, int max_items, const PassStates *s
 			skipped = lappend(skipped, q);	/* back after the pass */
 			continue;
 		}
+		if (q->rate_limit > 0 && pgq_rate_room(q, now) <= 0)
+		{
+			if (q->rate == NULL || pgq_rate_free_at(q->rate) == DT_NOEND)
+			{
+				/* another pass has its window: back after the pass */
+				skipped = lappend(skipped, q);
+				continue;
+			}
+			/* its window is full: it waits until a release leaves it */
+			q->next_due = pgq_rate_free_at(q->rate);
+			q->rate_held = true;
+			q->where = Q_LATER;
+			pairingheap_add(later_heap, &q->node);
+			soonest_due = Min(soonest_due, q->next_due);
+			continue;
+		}
 		start = q->start;
 		if (!pgq_take_one(r, q, now, moved + 1, states))
 		{
@@ -1070,6 +1135,11 @@ pgq_take_by_tag(PassRels *r, TimestampTz now, int max_items, const PassStates *s
 		moved++;
 		if (q->max_in_flight > 0)
 			q->room--;
+		if (q->rate_limit > 0)
+		{
+			q->rate_room--;
+			pgq_rate_count(q->rate);
+		}
 		vtime = Max(vtime, start);
 		q->finish = pgq_tag(q);
 		max_finish = Max(max_finish, q->finish);
@@ -1196,7 +1266,18 @@ pgq_schedule_pass(int max_items)
 	pgq_ready_due(now);
 
 	/* take the smallest tags */
+	rate_windows = NIL;
 	moved = pgq_take_by_tag(&r, now, max_items, &states);
+
+	/* the releases of rate-limited queues count when this commits (rate.c) */
+	{
+		ListCell   *lc;
+
+		foreach(lc, rate_windows)
+			pgq_rate_save((PgqRateWindow *) lfirst(lc));
+		list_free(rate_windows);
+		rate_windows = NIL;
+	}
 
 	pgq_walks_close();
 
