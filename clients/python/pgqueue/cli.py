@@ -1,7 +1,8 @@
 """The command line: ``python3 -m pgqueue [--dsn DSN] COMMAND ...``.
 
 Commands: ``stats``, ``jobs``, ``push``, ``retry``, ``cancel``, ``purge``
-(``jobs``, ``retry``, ``cancel`` and ``purge`` need pgqueue 1.1).  The
+(``jobs``, ``retry``, ``cancel`` and ``purge`` need pgqueue 1.1, ``push
+--max-tries`` pgqueue 1.2).  The
 connection string comes from ``--dsn``, else ``$PGQUEUE_DSN``, else
 libpq's environment (``PGHOST``, ``PGDATABASE``, ...).  Exit status: 0 on
 success, 1 when the operation found nothing to do (``retry`` of a job that
@@ -89,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--priority", type=int, default=0)
     s.add_argument("--delay", type=float, help="seconds before the job is due")
     s.add_argument("--dedup-key")
+    s.add_argument("--max-tries", type=int,
+                   help="the job's own limit of tries, instead of its queue's "
+                        "(at least 1; pgqueue 1.2)")
 
     r = sub.add_parser("retry", help="put a failed job (or all of a queue's) back to "
                                      "pending (pgqueue 1.1)")
@@ -114,7 +118,8 @@ def run(args: argparse.Namespace, conn: psycopg.Connection) -> int:
         _print_rows(admin.jobs(conn, args.queue, args.state, args.limit), args.json)
     elif args.command == "push":
         print(push(conn, args.queue, args.payload, delay=args.delay,
-                   priority=args.priority, dedup_key=args.dedup_key))
+                   priority=args.priority, dedup_key=args.dedup_key,
+                   max_tries=args.max_tries))
     elif args.command == "retry" and args.failed is not None:
         print(f"{admin.retry_failed(conn, args.failed)} job(s) of {args.failed} retried")
     elif args.command == "retry":

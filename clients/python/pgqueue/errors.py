@@ -20,7 +20,9 @@ class LeaseLost(PgQueueError):
 
 
 class NeedsNewerExtension(PgQueueError):
-    """The database's pgqueue lacks an object this call needs (pgqueue 1.1)."""
+    """The database's pgqueue lacks an object this call needs (pgqueue 1.1's
+    admin functions; pgqueue 1.2's ``max_tries`` of ``push``); the message
+    names the version found and says to run ``ALTER EXTENSION pgqueue UPDATE``."""
 
 
 class Retry(Exception):

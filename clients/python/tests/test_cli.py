@@ -138,3 +138,26 @@ def test_retry_cancel_purge(app, admin, queue, ops):
     assert out.returncode == 0 and out.stdout.startswith("1 failed job(s)"), out.stderr
     assert admin.execute("SELECT count(*) FROM pgqueue.queue WHERE queue = %s",
                          [queue]).fetchone() == (0,)
+
+
+def test_push_max_tries(admin, queue):
+    has = admin.execute("SELECT count(*) = 2 FROM pg_catalog.pg_proc WHERE proname IN"
+                        " ('pgq_push', 'pgq_push_batch') AND 'max_tries' = ANY (proargnames)"
+                        ).fetchone()[0]
+    if not has:
+        pytest.skip("needs pgqueue 1.2's pgq_push(..., max_tries), which this server's "
+                    "extension does not have yet (the 1.1 error: test_producer.py)")
+    admin.execute("SELECT pgq_configure(%s, max_tries => 5)", [queue])
+    out = cli("push", queue, '{"n": 1}', "--max-tries", "1")
+    assert out.returncode == 0, out.stderr
+    job_id = uuid.UUID(out.stdout.strip())
+    out = cli("push", queue, '{"n": 2}')
+    assert out.returncode == 0, out.stderr
+    other = uuid.UUID(out.stdout.strip())
+    assert dict(admin.execute("SELECT id, max_tries FROM pgqueue.jobs WHERE queue = %s",
+                              [queue]).fetchall()) == {job_id: 1, other: 5}
+    out = cli("push", queue, "--max-tries", "0")
+    assert out.returncode == 2 and "max_tries" in out.stderr, out.stderr
+    out = cli("push", queue, "--max-tries", "two")
+    assert out.returncode == 2 and "invalid int value" in out.stderr, out.stderr
+    admin.execute("DELETE FROM pgqueue.queue WHERE queue = %s", [queue])

@@ -1,11 +1,20 @@
-"""push and push_batch on the caller's own connection and transaction."""
+"""push and push_batch on the caller's own connection and transaction, and
+max_tries, a job's own limit of tries (pgqueue 1.2)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import uuid
+from contextlib import contextmanager
+from typing import Iterator
+
 import psycopg
+import pytest
 
 import pgqueue
-from conftest import DSN
+from conftest import ADMIN_DSN, DSN, job_rows, wait_until
 
 
 def payloads(admin: psycopg.Connection, queue: str) -> list:
@@ -48,3 +57,148 @@ def test_push_batch_over_the_server_limit_is_split(app, admin, queue):
     assert admin.execute("SELECT count(*), sum(payload::text::int) FROM pgqueue.queue"
                          " WHERE queue = %s", [queue]).fetchone() == (10_001, 50_005_000)
     admin.execute("DELETE FROM pgqueue.queue WHERE queue = %s", [queue])
+
+
+# --- max_tries, a job's own limit of tries (pgqueue 1.2) -----------------------
+
+def has_push_max_tries(admin: psycopg.Connection) -> bool:
+    """Whether this server's pgq_push and pgq_push_batch take max_tries (1.2)."""
+    return admin.execute(
+        "SELECT count(*) = 2 FROM pg_catalog.pg_proc"
+        " WHERE proname IN ('pgq_push', 'pgq_push_batch') AND 'max_tries' = ANY (proargnames)"
+    ).fetchone()[0]
+
+
+@pytest.fixture
+def push_max_tries(admin):
+    if not has_push_max_tries(admin):
+        pytest.skip("needs pgqueue 1.2's pgq_push(..., max_tries), which this server's "
+                    "extension does not have yet")
+
+
+def max_tries_shown(admin: psycopg.Connection, ids: list) -> list:
+    """pgqueue.jobs.max_tries of each job, in the order of ``ids``."""
+    got = dict(admin.execute("SELECT id, max_tries FROM pgqueue.jobs WHERE id = ANY (%s)",
+                             [ids]).fetchall())
+    return [got.get(i) for i in ids]
+
+
+def test_push_max_tries_fails_the_job_after_its_own_tries(app, admin, queue, running,
+                                                          push_max_tries):
+    admin.execute("SELECT pgq_configure(%s, max_tries => 5)", [queue])
+    own = pgqueue.push(app, queue, {"own": True}, max_tries=1)
+    other = pgqueue.push(app, queue, {"own": False})
+    assert max_tries_shown(admin, [own, other]) == [1, 5]
+    ran: list = []
+
+    def fail(job: pgqueue.Job) -> None:
+        ran.append(job.id)
+        raise RuntimeError("failed on purpose")
+
+    w = pgqueue.Worker(DSN, concurrency=2, wait=1, retry_delay=3600)  # no second try here
+    w.register(queue, fail)
+    r = running(w)
+
+    def states() -> dict:
+        return {i: s for i, s, _, _, _ in job_rows(admin, queue)}
+
+    wait_until(lambda: states() == {own: "failed", other: "retry"}, 20,
+               "the job with max_tries 1 failed, the other one to be retried")
+    r.stop()
+    assert sorted(ran) == sorted([own, other])  # each tried once
+    assert admin.execute("SELECT id, tries, max_tries, last_error LIKE '%%failed on purpose%%'"
+                         " FROM pgqueue.jobs WHERE queue = %s ORDER BY tries, max_tries",
+                         [queue]).fetchall() == [(own, 1, 1, True), (other, 1, 5, True)]
+    admin.execute("DELETE FROM pgqueue.queue WHERE queue = %s", [queue])
+
+
+def fail_all(admin: psycopg.Connection, queue: str, n: int) -> dict:
+    """Claims the ``n`` jobs of ``queue`` as 'probe' and nacks each once: {id: state after}."""
+    after: dict = {}
+
+    def claim_and_nack() -> bool:
+        admin.execute("SELECT pgq_schedule(1000)")
+        for (job_id,) in admin.execute(
+                "SELECT id FROM pgq_claim('probe', 100, '1 minute', ARRAY[%s])", [queue]).fetchall():
+            after[job_id] = admin.execute("SELECT pgq_nack(%s, 'probe', 'failed on purpose',"
+                                          " '1 hour')", [job_id]).fetchone()[0]
+        return len(after) == n
+
+    wait_until(claim_and_nack, 20, f"{n} jobs claimed and nacked")
+    return after
+
+
+def test_push_batch_max_tries(app, admin, queue, push_max_tries):
+    admin.execute("SELECT pgq_configure(%s, max_tries => 4)", [queue])
+    own = pgqueue.push_batch(app, queue, [{"n": 0}, {"n": 1}, None], max_tries=1)
+    two = pgqueue.push_batch(app, queue, [{"n": 3}], max_tries=2)
+    other = pgqueue.push_batch(app, queue, [{"n": 4}])
+    assert max_tries_shown(admin, own + two + other) == [1, 1, 1, 2, 4]
+    after = fail_all(admin, queue, 5)
+    assert [after[i] for i in own + two + other] == ["failed"] * 3 + ["retry", "retry"]
+    admin.execute("DELETE FROM pgqueue.queue WHERE queue = %s", [queue])
+
+
+def test_max_tries_below_1_is_the_servers_error(app, admin, queue, push_max_tries):
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        pgqueue.push(app, queue, max_tries=0)
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        pgqueue.push_batch(app, queue, [{"n": 1}], max_tries=-1)
+    assert payloads(admin, queue) == []
+
+
+@contextmanager
+def database_at(admin: psycopg.Connection, version: str) -> Iterator[str]:
+    """A database of its own with pgqueue ``version`` installed; yields its superuser DSN."""
+    name = f"pgq_old_{uuid.uuid4().hex[:8]}"
+    admin.execute(f"CREATE DATABASE {name}")
+    try:
+        dsn = re.sub(r"dbname=\S+", f"dbname={name}", ADMIN_DSN)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE EXTENSION pgqueue VERSION '{version}'")
+        yield dsn
+    finally:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.mark.direct_only  # PgBouncer serves pgq_test only
+def test_max_tries_on_pgqueue_1_1_says_what_to_run(admin):
+    def needs(err: pytest.ExceptionInfo, what: str, have: str) -> None:
+        msg = str(err.value)
+        assert f"{what} needs pgqueue 1.2" in msg, msg
+        assert f"this database has pgqueue {have}" in msg, msg
+        assert "ALTER EXTENSION pgqueue UPDATE" in msg, msg
+        assert isinstance(err.value.__cause__, psycopg.errors.UndefinedFunction)
+
+    with database_at(admin, "1.1") as dsn:
+        with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as old:
+            # without max_tries nothing changed: 1.1's pgq_push is called as before
+            job_id = pgqueue.push(old, "q", {"n": 1}, priority=2, dedup_key="k")
+            assert len(pgqueue.push_batch(old, "q", [{"n": 2}, {"n": 3}])) == 2
+            with pytest.raises(pgqueue.NeedsNewerExtension) as err:
+                pgqueue.push(old, "q", {"n": 4}, max_tries=2)
+            needs(err, "push with max_tries", "1.1")
+            with pytest.raises(pgqueue.NeedsNewerExtension) as err:
+                pgqueue.push_batch(old, "q", [{"n": 5}], max_tries=2)
+            needs(err, "push_batch with max_tries", "1.1")
+            assert old.execute("SELECT count(*) FROM pgqueue.queue").fetchone() == (3,)
+            assert old.execute("SELECT max_tries FROM pgqueue.jobs WHERE id = %s",
+                               [job_id]).fetchone() == (5,)
+        # in the caller's transaction: the error aborted it, the version is not
+        # read and nothing is rolled back behind the caller's back
+        with psycopg.connect(dsn, prepare_threshold=None) as old:
+            with pytest.raises(pgqueue.NeedsNewerExtension) as err:
+                with old.transaction():
+                    pgqueue.push(old, "q", {"n": 6})
+                    with old.cursor() as cur:
+                        pgqueue.push(cur, "q", {"n": 7}, max_tries=1)
+            needs(err, "push with max_tries", "of an unknown version (the transaction is aborted)")
+            assert old.execute("SELECT count(*) FROM pgqueue.queue").fetchone() == (3,)
+        out = subprocess.run([sys.executable, "-m", "pgqueue", "--dsn", dsn, "push", "q",
+                              "--max-tries", "3"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out
+        assert "needs pgqueue 1.2" in out.stderr and "pgqueue 1.1" in out.stderr, out.stderr
+        assert "ALTER EXTENSION pgqueue UPDATE" in out.stderr, out.stderr
+        out = subprocess.run([sys.executable, "-m", "pgqueue", "--dsn", dsn, "push", "q"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
