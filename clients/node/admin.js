@@ -10,7 +10,7 @@
 
 const seconds = (s) => (s == null ? null : `${Number(s)} seconds`);
 
-/** The database's pgqueue lacks an object this call needs (pgqueue 1.1). */
+/** The database's pgqueue lacks an object this call needs (pgqueue 1.1's admin functions, 1.2's push maxTries). */
 export class NeedsNewerExtension extends Error {
   constructor(message, options) {
     super(message, options);
@@ -21,10 +21,12 @@ export class NeedsNewerExtension extends Error {
 // Undefined function, table, column: what a 1.1 call meets on 1.0.
 const MISSING = new Set(['42883', '42P01', '42703']);
 
-// The error for a call that met a missing 1.1 object (err is the server's).
-// The version is read on the same client; inside a transaction that the
-// error aborted it cannot be, and is then said to be unknown.
-async function needs11(client, what, err) {
+// The error for a call that met an object missing before pgqueue `version`
+// (err is the server's): 1.1 for the functions here, 1.2 for push's
+// maxTries (index.js).  The version is read on the same client; inside a
+// transaction that the error aborted it cannot be, and is then said to be
+// unknown.
+export async function needsNewer(client, what, version, err) {
   let have;
   try {
     const { rows } = await client.query("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgqueue'");
@@ -32,15 +34,15 @@ async function needs11(client, what, err) {
   } catch {
     have = '(version unknown: the transaction is aborted)';
   }
-  return new NeedsNewerExtension(`${what} needs pgqueue 1.1; this database has pgqueue ${have}`
-    + ` (run ALTER EXTENSION pgqueue UPDATE once 1.1 is installed) [${err.message}]`, { cause: err });
+  return new NeedsNewerExtension(`${what} needs pgqueue ${version}; this database has pgqueue ${have}`
+    + ` (run ALTER EXTENSION pgqueue UPDATE once ${version} is installed) [${err.message}]`, { cause: err });
 }
 
 async function query(client, what, text, values) {
   try {
     return (await client.query(text, values)).rows;
   } catch (err) {
-    if (what != null && MISSING.has(err?.code)) throw await needs11(client, what, err);
+    if (what != null && MISSING.has(err?.code)) throw await needsNewer(client, what, '1.1', err);
     throw err;
   }
 }

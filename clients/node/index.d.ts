@@ -26,6 +26,12 @@ export interface PushOptions {
   priority?: number;
   /** While an unfinished job of the queue has this key, a push returns its id. */
   dedupKey?: string | null;
+  /**
+   * The job's own limit of tries, instead of its queue's (default: the queue's). Needs pgqueue 1.2:
+   * sent only when given; on an older installation the push rejects with NeedsNewerExtension.
+   * Below 1 the server rejects it (code 22023).
+   */
+  maxTries?: number | null;
 }
 
 /**
@@ -172,7 +178,7 @@ export function formatError(err: unknown): string;
 
 // -- operating queues (admin.js; the role needs pgqueue_admin) -------------
 
-/** A call needs an object of pgqueue 1.1 that the database's installation lacks; the message says what to run. */
+/** A call needs an object of pgqueue 1.1 (admin functions) or 1.2 (push's maxTries) that the database's installation lacks; the message says what to run. */
 export class NeedsNewerExtension extends Error {}
 
 /** One queue's row of pgq_stats(). */

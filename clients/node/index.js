@@ -40,6 +40,8 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 
+import { needsNewer } from './admin.js';
+
 export {
   NeedsNewerExtension, JOB_STATES, PURGE_STATES, stats, counters, jobs, configure, pause, resume, retry, retryFailed,
   cancel, purge,
@@ -93,26 +95,39 @@ let nextKeyNumber = 0;
 
 const seconds = (s) => (s == null ? null : `${Number(s)} seconds`);
 
+// pgq_push's and pgq_push_batch's max_tries (pgqueue 1.2), by name and only
+// when given: a push without it works on pgqueue 1.0 and 1.1 as before; with
+// it, such a server answers 42883 (no such function), said as
+// NeedsNewerExtension.  Below 1 the server's 22023 comes through as it is.
+async function pushQuery(client, what, fn, args, values, maxTries) {
+  if (maxTries == null) return client.query(`SELECT ${fn}(${args}) AS id`, values);
+  try {
+    return await client.query(`SELECT ${fn}(${args}, max_tries => $${values.length + 1}::int) AS id`,
+      [...values, maxTries]);
+  } catch (err) {
+    if (err?.code === '42883') throw await needsNewer(client, what, '1.2', err);
+    throw err;
+  }
+}
+
 /** Push one job; resolves to its id. */
 export async function push(client, queue, payload = {}, options = {}) {
-  const { runAfter = null, delay = null, priority = 0, dedupKey = null } = options;
-  const res = await client.query(
-    'SELECT pgq_push($1, $2::jsonb, coalesce($3::timestamptz, now() + $4::interval), $5, $6) AS id',
-    [queue, JSON.stringify(payload ?? {}), runAfter, seconds(delay), priority, dedupKey],
-  );
+  const { runAfter = null, delay = null, priority = 0, dedupKey = null, maxTries = null } = options;
+  const res = await pushQuery(client, 'push with maxTries', 'pgq_push',
+    '$1, $2::jsonb, coalesce($3::timestamptz, now() + $4::interval), $5, $6',
+    [queue, JSON.stringify(payload ?? {}), runAfter, seconds(delay), priority, dedupKey], maxTries);
   return res.rows[0].id;
 }
 
 /** Push one job per payload; resolves to their ids in payload order. */
 export async function pushBatch(client, queue, payloads, options = {}) {
-  const { runAfter = null, delay = null, priority = 0 } = options;
+  const { runAfter = null, delay = null, priority = 0, maxTries = null } = options;
   const items = Array.from(payloads, (p) => JSON.stringify(p ?? {}));
   const ids = [];
   for (let i = 0; i < items.length; i += BATCH_LIMIT) {
-    const res = await client.query(
-      'SELECT pgq_push_batch($1, $2::jsonb[], coalesce($3::timestamptz, now() + $4::interval), $5) AS id',
-      [queue, items.slice(i, i + BATCH_LIMIT), runAfter, seconds(delay), priority],
-    );
+    const res = await pushQuery(client, 'pushBatch with maxTries', 'pgq_push_batch',
+      '$1, $2::jsonb[], coalesce($3::timestamptz, now() + $4::interval), $5',
+      [queue, items.slice(i, i + BATCH_LIMIT), runAfter, seconds(delay), priority], maxTries);
     for (const row of res.rows) ids.push(row.id);
   }
   return ids;

@@ -1,8 +1,10 @@
-// push and pushBatch on the caller's own client and transaction.
+// push and pushBatch on the caller's own client and transaction, and
+// maxTries, a job's own limit of tries (pgqueue 1.2).
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
-import { push, pushBatch } from 'pgqueue';
-import { adminConfig, config, connect, queueName } from './helpers.mjs';
+import { NeedsNewerExtension, Worker, push, pushBatch } from 'pgqueue';
+import { PASS, adminConfig, config, connect, jobRows, queueName, quiet, waitUntil } from './helpers.mjs';
 
 let admin;
 let app;
@@ -51,4 +53,111 @@ test('pushBatch returns ids in payload order, and splits over 10,000', async () 
     'SELECT count(*)::int AS n, sum(payload::text::int)::int AS s FROM pgqueue.queue WHERE queue = $1', [q2]);
   assert.deepEqual(c, { n: 10001, s: 50005000 });
   await admin.query('DELETE FROM pgqueue.queue WHERE queue = $1', [q2]);
+});
+
+// --- maxTries, a job's own limit of tries (pgqueue 1.2) ---------------------
+
+// Whether this server's pgq_push and pgq_push_batch take max_tries (1.2).
+async function hasPushMaxTries() {
+  const { rows: [r] } = await admin.query("SELECT count(*) = 2 AS ok FROM pg_catalog.pg_proc"
+    + " WHERE proname IN ('pgq_push', 'pgq_push_batch') AND 'max_tries' = ANY (proargnames)");
+  return r.ok;
+}
+const NO_1_2 = "needs pgqueue 1.2's pgq_push(..., max_tries), which this server's extension does not have yet";
+
+// pgqueue.jobs.max_tries of each job, in the order of ids.
+async function maxTriesShown(ids) {
+  const { rows } = await admin.query('SELECT id, max_tries FROM pgqueue.jobs WHERE id = ANY ($1::uuid[])', [ids]);
+  const byId = new Map(rows.map((r) => [r.id, r.max_tries]));
+  return ids.map((i) => byId.get(i));
+}
+
+test('push maxTries: the job fails after its own tries, not its queue\'s', async (t) => {
+  if (!await hasPushMaxTries()) { t.skip(NO_1_2); return; }
+  const q = queueName();
+  await admin.query('SELECT pgq_configure($1, max_tries => 5)', [q]);
+  const own = await push(app, q, { own: true }, { maxTries: 1 });
+  const other = await push(app, q, { own: false });
+  assert.deepEqual(await maxTriesShown([own, other]), [1, 5]);
+  const ran = [];
+  const w = new Worker(config, { concurrency: 2, wait: 1, retryDelay: 3600, logger: quiet }); // no second try here
+  w.handle(q, async (job) => { ran.push(job.id); throw new Error('failed on purpose'); });
+  const running = w.run({ signals: false });
+  try {
+    await waitUntil(async () => {
+      const states = Object.fromEntries((await jobRows(admin, q)).map((r) => [r.id, r.state]));
+      return states[own] === 'failed' && states[other] === 'retry';
+    }, 20000, 'the job with maxTries 1 failed, the other one to be retried');
+  } finally {
+    await w.stop();
+    await running;
+  }
+  assert.deepEqual(ran.sort(), [own, other].sort());
+  const { rows } = await admin.query("SELECT id, tries, max_tries, last_error LIKE '%failed on purpose%' AS why"
+    + ' FROM pgqueue.jobs WHERE queue = $1 ORDER BY tries, max_tries', [q]);
+  assert.deepEqual(rows, [{ id: own, tries: 1, max_tries: 1, why: true }, { id: other, tries: 1, max_tries: 5, why: true }]);
+  await admin.query('DELETE FROM pgqueue.queue WHERE queue = $1', [q]);
+});
+
+test('pushBatch maxTries: every job of the batch has it', async (t) => {
+  if (!await hasPushMaxTries()) { t.skip(NO_1_2); return; }
+  const q = queueName();
+  await admin.query('SELECT pgq_configure($1, max_tries => 4)', [q]);
+  const own = await pushBatch(app, q, [{ n: 0 }, { n: 1 }, null], { maxTries: 1 });
+  const two = await pushBatch(app, q, [{ n: 3 }], { maxTries: 2 });
+  const other = await pushBatch(app, q, [{ n: 4 }]);
+  const ids = [...own, ...two, ...other];
+  assert.deepEqual(await maxTriesShown(ids), [1, 1, 1, 2, 4]);
+  // each claimed and nacked once (as 'probe')
+  const state = new Map();
+  await waitUntil(async () => {
+    await admin.query('SELECT pgq_schedule(1000)');
+    const { rows } = await admin.query("SELECT id FROM pgq_claim('probe', 100, '1 minute', ARRAY[$1])", [q]);
+    for (const { id } of rows) {
+      const { rows: [r] } = await admin.query("SELECT pgq_nack($1, 'probe', 'failed on purpose', '1 hour') AS state", [id]);
+      state.set(id, r.state);
+    }
+    return state.size === ids.length;
+  }, 20000, `${ids.length} jobs claimed and nacked`);
+  assert.deepEqual(ids.map((i) => state.get(i)), ['failed', 'failed', 'failed', 'retry', 'retry']);
+  await admin.query('DELETE FROM pgqueue.queue WHERE queue = $1', [q]);
+});
+
+test('maxTries below 1 is the server\'s error (22023)', async (t) => {
+  if (!await hasPushMaxTries()) { t.skip(NO_1_2); return; }
+  const q = queueName();
+  await assert.rejects(push(app, q, {}, { maxTries: 0 }), (err) => err.code === '22023');
+  await assert.rejects(pushBatch(app, q, [{ n: 1 }], { maxTries: -1 }), (err) => err.code === '22023');
+  assert.deepEqual(await payloads(q), []);
+});
+
+test('maxTries on pgqueue 1.1 says what to run; without it pushes work', { skip: PASS !== 'direct' && 'direct pass only (PgBouncer serves pgq_test only)' }, async () => {
+  const database = `pgq_old_${crypto.randomBytes(4).toString('hex')}`;
+  await admin.query(`CREATE DATABASE ${database}`);
+  let old;
+  try {
+    old = await connect({ ...adminConfig, database });
+    await old.query("CREATE EXTENSION pgqueue VERSION '1.1'");
+    const needs = (what, have) => (err) => err instanceof NeedsNewerExtension
+      && err.message.includes(`${what} needs pgqueue 1.2`) && err.message.includes(`this database has pgqueue ${have}`)
+      && err.message.includes('ALTER EXTENSION pgqueue UPDATE') && err.cause?.code === '42883';
+    // without maxTries nothing changed: 1.1's pgq_push is called as before
+    const id = await push(old, 'q', { n: 1 }, { priority: 2, dedupKey: 'k', maxTries: undefined });
+    assert.equal((await pushBatch(old, 'q', [{ n: 2 }, { n: 3 }], { maxTries: null })).length, 2);
+    await assert.rejects(push(old, 'q', { n: 4 }, { maxTries: 2 }), needs('push with maxTries', '1.1'));
+    await assert.rejects(pushBatch(old, 'q', [{ n: 5 }], { maxTries: 2 }), needs('pushBatch with maxTries', '1.1'));
+    // in the caller's transaction: the error aborted it, the version is unknown
+    await old.query('BEGIN');
+    await push(old, 'q', { n: 6 });
+    await assert.rejects(push(old, 'q', { n: 7 }, { maxTries: 1 }),
+      needs('push with maxTries', '(version unknown: the transaction is aborted)'));
+    await old.query('ROLLBACK');
+    const { rows: [c] } = await old.query('SELECT count(*)::int AS n FROM pgqueue.queue');
+    assert.equal(c.n, 3);
+    const { rows: [j] } = await old.query('SELECT max_tries FROM pgqueue.jobs WHERE id = $1', [id]);
+    assert.equal(j.max_tries, 5);
+  } finally {
+    await old?.end();
+    await admin.query(`DROP DATABASE ${database}`);
+  }
 });

@@ -12,6 +12,10 @@ declare const client: Queryable;
 async function main(): Promise<void> {
   const id: string = await push(client, 'emails', { to: 'a@example.com' }, { priority: 1, dedupKey: 'k' });
   const ids: string[] = await pushBatch(client, 'emails', [{ n: 1 }], { delay: 5 });
+  await push(client, 'emails', {}, { maxTries: 1 });
+  await pushBatch(client, 'emails', [{ n: 1 }], { maxTries: 3, priority: 2 });
+  // @ts-expect-error maxTries is a number
+  await push(client, 'emails', {}, { maxTries: '1' });
   const w = new Worker('postgres://app@localhost/app', { concurrency: 8, lease: 60 });
   w.handle<{ to: string }>('emails', async (job: Job<{ to: string }>) => {
     const to: string = job.payload.to;
