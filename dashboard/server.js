@@ -315,7 +315,7 @@ function createServer(opts) {
 		}
 		const cursor = decodeCursor(query.get('after'));
 		const client = await pool.connect();
-		let q, page, retention;
+		let q, page, retention, rate;
 		try {
 			// one snapshot for the counts and the page
 			await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
@@ -323,6 +323,10 @@ function createServer(opts) {
 			if (ctx.features.retention) {
 				const r = await client.query(Q.RETENTION, [name]);
 				retention = r.rows.length ? r.rows[0].retention : null;
+			}
+			if (ctx.features.rate_limit) {
+				const r = await client.query(Q.RATE, [name]);
+				rate = r.rows.length ? r.rows[0] : null;
 			}
 			if (list === null) list = firstListWithJobs(q, retention);
 			page = await Q.listPage(client, list, name, cursor, limit);
@@ -340,7 +344,7 @@ function createServer(opts) {
 		// rows kept before its retention was set to 0 show until they expire)
 		const tabs = lists.filter((l) => l !== 'archive' || keepsArchive(retention) || list === 'archive');
 		return send(res, 200, P.queuePage(ctx, known ? q : null, list, page, {
-			cap: opts.countCap, limit, lists: tabs, retention, queue: name,
+			cap: opts.countCap, limit, lists: tabs, retention, rate, queue: name,
 			firstHref: base,
 			nextHref: page.next ? `${base}&after=${encodeCursor(page.next)}` : null,
 		}));

@@ -136,7 +136,7 @@ function clip(s) {
 }
 
 function queuePage(ctx, q, list, page, opts) {
-	const { cap, limit, lists, retention, nextHref, firstHref } = opts;
+	const { cap, limit, lists, retention, rate, nextHref, firstHref } = opts;
 	const counts = q ? shownCounts(q, cap) : {};
 	const name = opts.queue;
 	const tabs = lists.map((l) => html`<a class="tab${l === list ? ' current' : ''}" href="${url`/queues/${name}`}?list=${l}&amp;limit=${limit}" data-list="${l}">${LIST_TITLES[l]}${counts[l] !== undefined ? html` <span class="count">${counts[l]}</span>` : ''}</a>`);
@@ -147,6 +147,7 @@ function queuePage(ctx, q, list, page, opts) {
 <dt>max tries</dt><dd>${q.max_tries}</dd>
 <dt>paused</dt><dd data-setting="paused">${q.paused ? 'yes' : 'no'}</dd>
 ${retention !== undefined ? html`<dt>retention</dt><dd>${retention === null || retention === '00:00:00' ? 'none (no archive)' : retention}</dd>` : ''}
+${rate !== undefined ? html`<dt>rate limit</dt><dd data-setting="rate">${rate === null || Number(rate.rate_limit) === 0 ? 'none' : `${rate.rate_limit} per ${rate.rate_period}`}</dd>` : ''}
 <dt>oldest ready</dt><dd>${age(q.oldest_age)}</dd>
 </dl>` : '';
 

@@ -320,11 +320,17 @@ SELECT e.extversion AS version, n.nspname AS schema, current_user AS role,
        EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                 WHERE attrelid = 'pgqueue.queues'::regclass AND attname = 'retention'
                   AND NOT attisdropped) AS retention,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                WHERE attrelid = 'pgqueue.queues'::regclass AND attname = 'rate_limit'
+                  AND NOT attisdropped) AS rate_limit,
        pg_catalog.to_regprocedure(pg_catalog.quote_ident(n.nspname) || '.pgq_retry(uuid)') IS NOT NULL AS operate
   FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'pgqueue'`;
 
 const RETENTION = `SELECT s.retention::text AS retention FROM pgqueue.queues s WHERE s.queue = $1`;
+
+/* A queue's rate limit (1.2): 0 or no row, none. */
+const RATE = `SELECT s.rate_limit, s.rate_period::text AS rate_period FROM pgqueue.queues s WHERE s.queue = $1`;
 
 /*
  * The actions, each one call of the pgqueue API (never a write to its
@@ -346,5 +352,5 @@ function actionSql(schema, action) {
 
 module.exports = {
 	LISTS, segmentSql, listPage, BadRequest,
-	OVERVIEW, QUEUE_ONE, countersSql, JOB, ARCHIVED_JOB, FEATURES, RETENTION, actionSql,
+	OVERVIEW, QUEUE_ONE, countersSql, JOB, ARCHIVED_JOB, FEATURES, RETENTION, RATE, actionSql,
 };

@@ -194,6 +194,7 @@ const has = {};
 const NEEDS = {
 	operate: 'pgq_retry, pgq_retry_failed, pgq_cancel, pgq_purge', archive: 'pgqueue.archive',
 	failedIndex: 'index on failed jobs (queue_failed_idx)',
+	rateLimit: 'rate limits (pgqueue 1.2)',
 };
 
 let admin;	// the dashboard with actions, as dash_admin
@@ -458,6 +459,17 @@ test('a queue with a retention shows its archive', ['operate', 'archive'], async
 	await page.context().close();
 });
 
+test('a queue\'s page shows its rate limit, or none', ['rateLimit'], async () => {
+	await sql(`SELECT pgq_configure('paced', rate_limit => 10, rate_period => '2 seconds')`);
+	await sql(`SELECT pgq_configure('unpaced', weight => 2)`);
+	const page = await newPage();
+	await page.goto(`${admin.base}/queues/paced`);
+	assert.equal(await page.locator('[data-setting="rate"]').textContent(), '10 per 00:00:02');
+	await page.goto(`${admin.base}/queues/unpaced`);
+	assert.equal(await page.locator('[data-setting="rate"]').textContent(), 'none');
+	await page.context().close();
+});
+
 test('a queue opens on a tab that has jobs; the archive\'s tab only for a queue that keeps one', ['operate', 'archive'], async () => {
 	await sql(`SELECT pgq_configure('onlyfailed', max_tries => 1)`);
 	for (let i = 0; i < 2; i++) await sql(`SELECT pgq_push('onlyfailed', $1)`, [{ n: i }]);
@@ -699,7 +711,10 @@ test(`page loads with ${BIG.toLocaleString('en-US')} jobs in one queue (printed,
 		                            to_regclass('pgqueue.archive') IS NOT NULL AS archive,
 		                            EXISTS (SELECT 1 FROM pg_class
 		                                     WHERE relnamespace = 'pgqueue'::regnamespace AND relkind = 'i'
-		                                       AND relname ~ '^queue(_[0-9]+)?_failed_idx$') AS "failedIndex"`);
+		                                       AND relname ~ '^queue(_[0-9]+)?_failed_idx$') AS "failedIndex",
+		                            EXISTS (SELECT 1 FROM pg_attribute
+		                                     WHERE attrelid = 'pgqueue.queues'::regclass AND attname = 'rate_limit'
+		                                       AND NOT attisdropped) AS "rateLimit"`);
 		Object.assign(has, f);
 		admin = await startDashboard(PORT, ['--database-url', dbUrl('dash_admin'), '--refresh', '0.5']);
 		ro = await startDashboard(PORT + 1, ['--database-url', dbUrl('dash_ro'), '--read-only'],
