@@ -121,6 +121,7 @@ EXAMPLES = 8
 
 
 # --- the ring mode's checks (ring.py) --------------------------------------------
+R_RATE = 'rate limits: never more releases in a window of rate_period than rate_limit'
 R1 = 'the ring turned: turns, slots made, truncated, dropped, rows moved, in both rings'
 R3 = 'snapshots on the primary: no job vanished, appeared or changed; a paused queue\'s jobs as its pushes'
 R4 = ('waiting claims, calls in multi-statement and REPEATABLE READ transactions: refused only to '
@@ -138,6 +139,18 @@ LOST = re.compile(r'server closed the connection|terminating connection because 
                   r'no connection to the server|consuming input failed|'
                   r'could not receive data from server|lost synchronization|'
                   r'connection to database .* failed')
+
+
+def period_seconds(text):
+    """Seconds of a rate_period as the soak writes it ('1 second',
+    '500 milliseconds')."""
+    m = re.fullmatch(r'\s*([0-9.]+)\s*(ms|milliseconds?|s|secs?|seconds?|min|minutes?)\s*', text)
+    if not m:
+        raise ValueError('rate_period %r' % text)
+    unit = m.group(2)
+    scale = 0.001 if unit.startswith('m') and unit not in ('min', 'minute', 'minutes') else \
+        60.0 if unit in ('min', 'minute', 'minutes') else 1.0
+    return float(m.group(1)) * scale
 
 
 def ring_checks(by, check, crashes, claims, p_refused):
@@ -839,6 +852,44 @@ def main():
     check('max_in_flight never exceeded by a pass', p,
           '%d samples; %d with a capped queue at its cap; largest count grown to while capped %s' % (
               len(samples), at_cap, dict(peak)))
+
+    # --- 12b. rate limits (1.2) ------------------------------------------------
+    # The releases of a rate-limited queue: the created time of each work
+    # row seen (claims and the final state say it), one per (job, row); in
+    # no window of rate_period more than rate_limit.  Releases never seen
+    # (none here: every job is claimed by the end) would only make this
+    # weaker.
+    p = []
+    info = []
+    for q, st in sorted(queues_start.items()):
+        limit = st.get('rate_limit') or 0
+        if limit <= 0:
+            continue
+        per = round(period_seconds(st.get('rate_period', '1 second')) * 1e6)
+        rel = set()
+        for e in by['claim'] + by['final_work']:
+            if e['q'] == q and e.get('released') is not None:
+                rel.add((e['id'], round(e['released'] * 1e6)))
+        times = sorted(t for _, t in rel)
+        j = worst = full = 0
+        for i, t in enumerate(times):
+            while times[j] <= t - per:
+                j += 1
+            n = i - j + 1
+            worst = max(worst, n)
+            if n == limit:
+                full += 1
+            elif n > limit:
+                p.append('%s: %d releases in the %g s up to %.6f, limit %d' % (
+                    q, n, per / 1e6, t / 1e6, limit))
+        if not times:
+            p.append('%s: no release seen' % q)
+        elif full == 0 and not partial:
+            p.append('%s: the limit never engaged (%d releases, at most %d in a window of %d)'
+                     % (q, len(times), worst, limit))
+        info.append('%s: %d releases, at most %d in any %g s (limit %d), %d windows full' % (
+            q, len(times), worst, per / 1e6, limit, full))
+    check(R_RATE, p, '; '.join(info))
 
     # --- 13. not stuck --------------------------------------------------------
     p = []

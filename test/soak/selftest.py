@@ -77,6 +77,14 @@ def main():
     def far_from_crashes(t, margin=30):
         return all(not (c0 - margin < t < c1 + margin) for c0, c1 in crashes)
 
+    @mutation('a rate-limited queue released past its limit',
+              'rate limits: never more releases in a window of rate_period than rate_limit')
+    def _(h):
+        c = next(e for e in ev('claim') if e['q'] == 'soak_rate' and e.get('released'))
+        limit = next(e for e in ev('start'))['queues']['soak_rate']['rate_limit']
+        for k in range(limit + 1):
+            h.append(dict(c, id='00000000-0000-7000-8000-%012d' % k, released=c['released'] + k * 1e-4))
+
     @mutation('a second accepted ack, by another holder', 'at most one accepted ack per job')
     def _(h):
         a = next(a for a in acks if a['id'] in claims)

@@ -25,7 +25,9 @@ when the client sent the call and when it had the answer):
   config    pgq_configure(q, ...) and when: t0..t1 (its commit lies between)
   push      ids (in order), q, by, prio, delay, dedup, status: ok (COMMIT
             returned) | uncertain (the connection was lost during COMMIT)
-  claim     id, q, holder, tries, version, lock_timeout (server), lease
+  claim     id, q, holder, tries, version, lock_timeout (server), lease,
+            released (server: the created time of its work_queue row, when
+            the scheduler released it)
   push_resolved  ids, found: an uncertain push looked up after reconnecting
             (how many of its ids are in pgqueue.queue or pgqueue.archive)
   claim_uncertain  holder: COMMIT of a claim lost, rows unknown
@@ -73,8 +75,12 @@ QUEUES = {
     'soak_cap3': dict(weight=2, max_in_flight=3, max_tries=5),
     'soak_cap5': dict(weight=1, max_in_flight=5, max_tries=4),
     'soak_fail': dict(weight=1, max_in_flight=0, max_tries=2),
+    # 1.2: at most 3 releases in any window of a second (batches of pushes
+    # fill a window at once)
+    'soak_rate': dict(weight=1, max_in_flight=0, max_tries=5, rate_limit=3, rate_period='1 second'),
 }
 CAPPED = ['soak_cap3', 'soak_cap5']
+RATED = ['soak_rate']
 # a job's "work": a row written in the transaction of its ack
 DONE_SQL = 'INSERT INTO soak_done (id, holder) VALUES (%s, %s)'
 LEASES = [1, 2, 3]     # seconds
@@ -202,7 +208,7 @@ class Soak:
                     conn = self.connect('soak-producer-%d' % n, self.stop_producers)
                 except psycopg.Error:
                     continue
-            q = rng.choices(list(QUEUES), weights=[4, 2, 2, 2])[0]
+            q = rng.choices(list(QUEUES), weights=[4, 2, 2, 2, 1])[0]
             prio = rng.choice([0, 0, 0, 1, 5, -3])
             delay = round(rng.uniform(0.1, 3.0), 2) if rng.random() < 0.15 else None
             dedup = None
@@ -346,9 +352,14 @@ class Soak:
             wait = rng.choice([0, 0, 1])
             t0 = time.time()
             try:
+                # the work_queue row's created: when the job was released
+                # (the statement's snapshot is older than the claim, and
+                # the claim does not change it)
                 rows = conn.execute(
-                    'SELECT id, queue, tries, version, extract(epoch FROM lock_timeout) '
-                    'FROM pgq_claim(%s, %s, make_interval(secs => %s), %s, make_interval(secs => %s))',
+                    'SELECT c.id, c.queue, c.tries, c.version, extract(epoch FROM c.lock_timeout), '
+                    '       extract(epoch FROM w.created) '
+                    'FROM pgq_claim(%s, %s, make_interval(secs => %s), %s, make_interval(secs => %s)) c '
+                    'LEFT JOIN pgqueue.work_queue w ON w.id = c.id',
                     (key, max_items, lease, queues, wait)).fetchall()
             except psycopg.Error:
                 self.close(conn)
@@ -370,11 +381,12 @@ class Soak:
                 continue
             jobs = []
             self.busy[n] = time.time()      # holds jobs: the injector's release prefers it
-            for jid, q, tries, version, lt in rows:
+            for jid, q, tries, version, lt, rel in rows:
                 jid = str(jid)
                 jobs.append(jid)
                 self.h.write('claim', id=jid, q=q, holder=key, tries=tries, version=version,
-                             lock_timeout=float(lt), lease=lease, t0=t0, t1=t1)
+                             lock_timeout=float(lt), lease=lease, t0=t0, t1=t1,
+                             released=float(rel) if rel is not None else None)
             drain = self.draining.is_set()
             if len(jobs) > 1 and rng.random() < 0.2:
                 if not drain and rng.random() < 0.1:
@@ -619,7 +631,7 @@ class Soak:
                     "SELECT id::text, queue, extract(epoch FROM run_after) FROM pgqueue.queue "
                     " WHERE state IN ('pending', 'retry') AND queue = ANY(%s) "
                     "   AND run_after < clock_timestamp() - interval '5 seconds' LIMIT 100",
-                    ([q for q in self.queues if q not in CAPPED],)).fetchall()
+                    ([q for q in self.queues if q not in CAPPED and q not in RATED],)).fetchall()
                 conn.commit()
                 t1 = time.time()
                 self.h.write('sample', wq=wq, claimable=[[i, q, float(s)] for i, q, s in cl],
@@ -656,10 +668,12 @@ class Soak:
             self.h.write('final_job', id=r[0], q=r[1], state=r[2], tries=r[3],
                          last_error=r[4], dedup=r[5])
         for r in conn.execute(
-                "SELECT id::text, queue, lock_key, extract(epoch FROM lock_timeout), tries "
+                "SELECT id::text, queue, lock_key, extract(epoch FROM lock_timeout), tries, "
+                "       extract(epoch FROM created) "
                 "FROM pgqueue.work_queue ORDER BY id").fetchall():
             self.h.write('final_work', id=r[0], q=r[1], holder=r[2],
-                         lock_timeout=float(r[3]) if r[3] is not None else None, tries=r[4])
+                         lock_timeout=float(r[3]) if r[3] is not None else None, tries=r[4],
+                         released=float(r[5]))
         for r in conn.execute(
                 "SELECT id::text, queue, outcome, tries FROM pgqueue.archive ORDER BY id").fetchall():
             self.h.write('final_archive', id=r[0], q=r[1], outcome=r[2], tries=r[3])
