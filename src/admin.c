@@ -499,18 +499,8 @@ pgq_push_periodic(PG_FUNCTION_ARGS)
 	pg_uuid_t  *job = NULL;
 	bool		mine;
 
-	pgq_require(fcinfo, 2, "period");
-	if (DatumGetIntervalP(PG_GETARG_DATUM(2))->month != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("period must not contain months or years"),
-				 errdetail("Months differ in length; periods are counted in fixed lengths."),
-				 errhint("Use days, for example '30 days'.")));
-	period = pgq_interval_usecs(PG_GETARG_DATUM(2));
-	if (period < USECS_PER_SEC || period > PGQ_MAX_PERIOD_USECS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("period must be between 1 second and 365 days")));
+	period = pgq_length_arg(fcinfo, 2, "period", USECS_PER_SEC, PGQ_MAX_PERIOD_USECS,
+							"1 second and 365 days", "30 days");
 	pgq_require(fcinfo, 3, "payload");
 	pgq_require(fcinfo, 4, "priority");
 

@@ -831,19 +831,9 @@ pgq_configure(PG_FUNCTION_ARGS)
 		pgq_optional_int_arg(fcinfo, 6, "rate_limit", 0, PG_INT32_MAX, &args[6], &nulls[6]);
 		if (!PG_ARGISNULL(7))
 		{
-			int64		period;
-
-			if (DatumGetIntervalP(PG_GETARG_DATUM(7))->month != 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("rate_period must not contain months or years"),
-						 errdetail("Months differ in length; a rate is counted over a fixed length."),
-						 errhint("Use days, hours or seconds, for example '1 day'.")));
-			period = pgq_interval_usecs(PG_GETARG_DATUM(7));
-			if (period < PGQ_MIN_RATE_PERIOD_USECS || period > PGQ_MAX_RATE_PERIOD_USECS)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("rate_period must be between 10 milliseconds and 1 day")));
+			(void) pgq_length_arg(fcinfo, 7, "rate_period", PGQ_MIN_RATE_PERIOD_USECS,
+								  PGQ_MAX_RATE_PERIOD_USECS, "10 milliseconds and 1 day",
+								  "1 day");
 			args[7] = PG_GETARG_DATUM(7);
 			nulls[7] = ' ';
 		}

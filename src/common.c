@@ -383,6 +383,35 @@ pgq_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 	return deadline - now;
 }
 
+/*
+ * A required interval argument that is a length, not a deadline (a period
+ * of periodic jobs, a rate limit's window): counted in fixed lengths (a day
+ * as 24 hours), so no months or years (example: an interval to suggest
+ * instead); between min_usecs and max_usecs (spelt range_text).  Returns
+ * its length in microseconds.
+ */
+int64
+pgq_length_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+			   int64 min_usecs, int64 max_usecs, const char *range_text,
+			   const char *example)
+{
+	int64		usecs;
+
+	pgq_require(fcinfo, argno, argname);
+	if (DatumGetIntervalP(PG_GETARG_DATUM(argno))->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not contain months or years", argname),
+				 errdetail("Months differ in length; periods are counted in fixed lengths."),
+				 errhint("Use days, for example '%s'.", example)));
+	usecs = pgq_interval_usecs(PG_GETARG_DATUM(argno));
+	if (usecs < min_usecs || usecs > max_usecs)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between %s", argname, range_text)));
+	return usecs;
+}
+
 /* max_items: required, 1 .. PGQ_MAX_ITEMS (pgq_claim, pgq_schedule). */
 int
 pgq_max_items_arg(FunctionCallInfo fcinfo, int argno)

@@ -63,6 +63,9 @@ extern text *pgq_checked_text_arg(FunctionCallInfo fcinfo, int argno,
 								  const char *argname, int maxbytes);
 extern char *pgq_text_arg(FunctionCallInfo fcinfo, int argno,
 						  const char *argname, int maxbytes);
+extern int64 pgq_length_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+							int64 min_usecs, int64 max_usecs, const char *range_text,
+							const char *example);
 extern int64 pgq_interval_arg(FunctionCallInfo fcinfo, int argno,
 							  const char *argname, int64 min_usecs,
 							  int64 max_usecs, const char *max_text);
