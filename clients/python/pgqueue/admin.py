@@ -2,9 +2,10 @@
 
 ``stats`` and ``counters`` read ``pgq_stats()`` and ``pgq_counters()``;
 ``configure``, ``pause`` and ``resume`` call ``pgq_configure`` (pgqueue 1.0,
-but ``retention`` is 1.1's).  ``jobs``, ``retry``, ``retry_failed``,
-``cancel`` and ``purge`` use the ``pgqueue.jobs`` view and functions of
-pgqueue 1.1.  On an older installation what needs 1.1 raises
+but ``retention`` is 1.1's, ``rate_limit`` and ``rate_period`` 1.2's).
+``jobs``, ``retry``, ``retry_failed``, ``cancel`` and ``purge`` use the
+``pgqueue.jobs`` view and functions of pgqueue 1.1.  On an older
+installation what needs a newer one raises
 :class:`NeedsNewerExtension`, which says what to run; the server's other
 errors (a bad value: ``psycopg.errors.InvalidParameterValue``, 22023) are
 raised as they are.  All need the ``pgqueue_admin`` role, and run on the
@@ -37,8 +38,9 @@ def _rows(conn: Executor, query: str, params: Any = None) -> List[Dict[str, Any]
         return cur.fetchall()
 
 
-def _needs_1_1(conn: Executor, what: str, err: Exception) -> NeedsNewerExtension:
-    """The error to raise when a 1.1 object is missing (``err`` is the server's)."""
+def _needs(conn: Executor, what: str, version: str, err: Exception) -> NeedsNewerExtension:
+    """The error to raise when an object of pgqueue ``version`` is missing
+    (``err`` is the server's)."""
     if not conn.autocommit:
         conn.rollback()
     try:
@@ -49,8 +51,13 @@ def _needs_1_1(conn: Executor, what: str, err: Exception) -> NeedsNewerExtension
         row = None
     have = row[0] if row else "not installed"
     return NeedsNewerExtension(
-        f"{what} needs pgqueue 1.1; this database has pgqueue {have} "
-        f"(run ALTER EXTENSION pgqueue UPDATE once 1.1 is installed) [{err}]")
+        f"{what} needs pgqueue {version}; this database has pgqueue {have} "
+        f"(run ALTER EXTENSION pgqueue UPDATE once {version} is installed) [{err}]")
+
+
+def _needs_1_1(conn: Executor, what: str, err: Exception) -> NeedsNewerExtension:
+    """The error to raise when a 1.1 object is missing (``err`` is the server's)."""
+    return _needs(conn, what, "1.1", err)
 
 
 def _one(conn: Executor, what: str, query: str, params: Any) -> Any:
@@ -108,13 +115,17 @@ def purge(conn: Executor, queue: str, state: str = "failed") -> int:
 
 #: pgq_configure's settings and their SQL types.
 SETTINGS = {"weight": "int", "max_in_flight": "int", "max_tries": "int", "paused": "boolean",
-            "retention": "interval"}
+            "retention": "interval", "rate_limit": "int", "rate_period": "interval"}
+#: The settings given as an interval: seconds, a timedelta or an interval's text.
+_INTERVALS = ("retention", "rate_period")
+
+Interval = Union[None, float, timedelta, str]
 
 
 def configure(conn: Executor, queue: str, *, weight: Optional[int] = None,
               max_in_flight: Optional[int] = None, max_tries: Optional[int] = None,
-              paused: Optional[bool] = None,
-              retention: Union[None, float, timedelta, str] = None) -> None:
+              paused: Optional[bool] = None, retention: Interval = None,
+              rate_limit: Optional[int] = None, rate_period: Interval = None) -> None:
     """Set a queue's settings (``pgq_configure``); those not given stay as they are.
 
     ``weight`` 1 to 10,000 (its share of each scheduling pass),
@@ -122,19 +133,32 @@ def configure(conn: Executor, queue: str, *, weight: Optional[int] = None,
     removes the cap), ``max_tries`` (at least 1), ``paused`` (a paused
     queue's jobs are not scheduled), ``retention`` (seconds, a timedelta or
     an interval's text: how long its finished jobs stay in the archive;
-    pgqueue 1.1).  A value out of range raises
+    pgqueue 1.1), ``rate_limit`` and ``rate_period`` (at most
+    ``rate_limit`` of its jobs scheduled in any window of ``rate_period``;
+    ``rate_limit=0`` removes the limit; ``rate_period`` as ``retention``,
+    10 ms to 1 day, no months; pgqueue 1.2).  A value out of range raises
     ``psycopg.errors.InvalidParameterValue`` and changes nothing.
+
+    Only the settings given are sent (by name), so a call without
+    ``rate_limit`` and ``rate_period`` works with pgqueue 1.1 (and, without
+    ``retention``, 1.0) as before; given to an older installation they raise
+    :class:`NeedsNewerExtension`.
     """
     given = {name: value for name, value in (
         ("weight", weight), ("max_in_flight", max_in_flight), ("max_tries", max_tries),
-        ("paused", paused), ("retention", retention)) if value is not None}
-    if "retention" in given and not isinstance(retention, str):
-        given["retention"] = as_interval(retention)
+        ("paused", paused), ("retention", retention), ("rate_limit", rate_limit),
+        ("rate_period", rate_period)) if value is not None}
+    for name in _INTERVALS:
+        if name in given and not isinstance(given[name], str):
+            given[name] = as_interval(given[name])
     args = "".join(f", {name} => %({name})s::{SETTINGS[name]}" for name in given)
     query = f"SELECT pgq_configure(%(queue)s::text{args})"
     try:
         conn.execute(query, {"queue": queue, **given}, prepare=False)
     except psycopg.errors.UndefinedFunction as err:
+        if rate_limit is not None or rate_period is not None:
+            raise _needs(conn, "pgq_configure(rate_limit => ..., rate_period => ...)", "1.2",
+                         err) from err
         if retention is None:
             raise
         raise _needs_1_1(conn, "pgq_configure(retention => ...)", err) from err

@@ -21,7 +21,8 @@ class LeaseLost(PgQueueError):
 
 class NeedsNewerExtension(PgQueueError):
     """The database's pgqueue lacks an object this call needs (pgqueue 1.1's
-    admin functions; pgqueue 1.2's ``max_tries`` of ``push``); the message
+    admin functions; pgqueue 1.2's ``max_tries`` of ``push``, ``rate_limit``
+    and ``rate_period`` of ``configure``); the message
     names the version found and says to run ``ALTER EXTENSION pgqueue UPDATE``."""
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import psycopg
@@ -123,6 +125,21 @@ def job_rows(admin: psycopg.Connection, queue: str) -> list[tuple]:
         "SELECT q.id, q.state::text, q.tries, q.last_error, w.lock_key"
         "  FROM pgqueue.queue q LEFT JOIN pgqueue.work_queue w USING (id)"
         " WHERE q.queue = %s ORDER BY q.id", [queue]).fetchall()
+
+
+@contextmanager
+def database_at(admin: psycopg.Connection, version: str) -> Iterator[str]:
+    """A database of its own with pgqueue ``version`` installed; yields its
+    superuser DSN (straight to the server: PgBouncer serves pgq_test only)."""
+    name = f"pgq_old_{uuid.uuid4().hex[:8]}"
+    admin.execute(f"CREATE DATABASE {name}")
+    try:
+        dsn = re.sub(r"dbname=\S+", f"dbname={name}", ADMIN_DSN)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE EXTENSION pgqueue VERSION '{version}'")
+        yield dsn
+    finally:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def restart_server() -> None:

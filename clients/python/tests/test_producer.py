@@ -3,18 +3,14 @@ max_tries, a job's own limit of tries (pgqueue 1.2)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-import uuid
-from contextlib import contextmanager
-from typing import Iterator
 
 import psycopg
 import pytest
 
 import pgqueue
-from conftest import ADMIN_DSN, DSN, job_rows, wait_until
+from conftest import DSN, database_at, job_rows, wait_until
 
 
 def payloads(admin: psycopg.Connection, queue: str) -> list:
@@ -145,20 +141,6 @@ def test_max_tries_below_1_is_the_servers_error(app, admin, queue, push_max_trie
     with pytest.raises(psycopg.errors.InvalidParameterValue):
         pgqueue.push_batch(app, queue, [{"n": 1}], max_tries=-1)
     assert payloads(admin, queue) == []
-
-
-@contextmanager
-def database_at(admin: psycopg.Connection, version: str) -> Iterator[str]:
-    """A database of its own with pgqueue ``version`` installed; yields its superuser DSN."""
-    name = f"pgq_old_{uuid.uuid4().hex[:8]}"
-    admin.execute(f"CREATE DATABASE {name}")
-    try:
-        dsn = re.sub(r"dbname=\S+", f"dbname={name}", ADMIN_DSN)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"CREATE EXTENSION pgqueue VERSION '{version}'")
-        yield dsn
-    finally:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @pytest.mark.direct_only  # PgBouncer serves pgq_test only
