@@ -5,12 +5,13 @@
 //
 // stats, counters and configure (without retention) work with pgqueue 1.0;
 // jobs, retry, retryFailed, cancel, purge and configure's retention need
-// pgqueue 1.1 (the pgqueue.jobs view and its functions): on an older
-// installation they reject with NeedsNewerExtension, which says what to run.
+// pgqueue 1.1 (the pgqueue.jobs view and its functions), configure's
+// rateLimit and ratePeriod pgqueue 1.2: on an older installation they reject
+// with NeedsNewerExtension, which says what to run.
 
 const seconds = (s) => (s == null ? null : `${Number(s)} seconds`);
 
-/** The database's pgqueue lacks an object this call needs (pgqueue 1.1's admin functions, 1.2's push maxTries). */
+/** The database's pgqueue lacks an object this call needs (pgqueue 1.1's admin functions, 1.2's push maxTries and configure rateLimit, ratePeriod). */
 export class NeedsNewerExtension extends Error {
   constructor(message, options) {
     super(message, options);
@@ -38,11 +39,11 @@ export async function needsNewer(client, what, version, err) {
     + ` (run ALTER EXTENSION pgqueue UPDATE once ${version} is installed) [${err.message}]`, { cause: err });
 }
 
-async function query(client, what, text, values) {
+async function query(client, what, text, values, version = '1.1') {
   try {
     return (await client.query(text, values)).rows;
   } catch (err) {
-    if (what != null && MISSING.has(err?.code)) throw await needsNewer(client, what, '1.1', err);
+    if (what != null && MISSING.has(err?.code)) throw await needsNewer(client, what, version, err);
     throw err;
   }
 }
@@ -85,32 +86,43 @@ export async function jobs(client, { queue = null, state = null, limit = 100 } =
   return rows.map((r) => camelRow(r, new Set()));
 }
 
-// configure's options: [argument of pgq_configure, SQL type, how a value is sent]
+const interval = (v) => (typeof v === 'number' ? seconds(v) : v);
+
+// configure's options: [argument of pgq_configure, SQL type, how a value is
+// sent, the pgqueue version that has it]
 const SETTINGS = {
-  weight: ['weight', 'int', (v) => v],
-  maxInFlight: ['max_in_flight', 'int', (v) => v],
-  maxTries: ['max_tries', 'int', (v) => v],
-  paused: ['paused', 'boolean', (v) => v],
-  retention: ['retention', 'interval', (v) => (typeof v === 'number' ? seconds(v) : v)],
+  weight: ['weight', 'int', (v) => v, '1.0'],
+  maxInFlight: ['max_in_flight', 'int', (v) => v, '1.0'],
+  maxTries: ['max_tries', 'int', (v) => v, '1.0'],
+  paused: ['paused', 'boolean', (v) => v, '1.0'],
+  retention: ['retention', 'interval', interval, '1.1'],
+  rateLimit: ['rate_limit', 'int', (v) => v, '1.2'],
+  ratePeriod: ['rate_period', 'interval', interval, '1.2'],
 };
 
 /**
  * pgq_configure(queue, ...) with the settings given, by name (a setting left
- * out, or undefined, stays as it is): weight, maxInFlight (0: no cap),
- * maxTries, paused, retention (seconds, or an interval's text; pgqueue 1.1).
+ * out, undefined or null, stays as it is): weight, maxInFlight (0: no cap),
+ * maxTries, paused, retention (seconds, or an interval's text; pgqueue 1.1),
+ * rateLimit (0: no limit) and ratePeriod (as retention; pgqueue 1.2).  Only
+ * the settings given are sent, so a call without the newer ones works on an
+ * older pgqueue; with them, such a server's 42883 is said as
+ * NeedsNewerExtension naming the version they need.
  */
 export async function configure(client, queue, settings = {}) {
   const names = [];
   const values = [queue];
+  let needs = null;
   for (const [key, value] of Object.entries(settings)) {
     if (!(key in SETTINGS)) throw new TypeError(`unknown setting ${key} (${Object.keys(SETTINGS).join(', ')})`);
-    if (value === undefined) continue;
-    const [arg, type, send] = SETTINGS[key];
+    if (value == null) continue;
+    const [arg, type, send, version] = SETTINGS[key];
     values.push(send(value));
     names.push(`${arg} => $${values.length}::${type}`);
+    if (version !== '1.0' && (needs == null || version > needs)) needs = version;
   }
-  const what = 'retention' in settings && settings.retention !== undefined ? 'configure with a retention' : 'configure';
-  await query(client, what, `SELECT pgq_configure(${['$1', ...names].join(', ')})`, values);
+  const what = { '1.1': 'configure with a retention', '1.2': 'configure with a rateLimit or ratePeriod' }[needs];
+  await query(client, what ?? 'configure', `SELECT pgq_configure(${['$1', ...names].join(', ')})`, values, needs ?? '1.1');
 }
 
 /** Pauses the queue: its jobs are no longer scheduled, so not claimed (those scheduled already stay claimable). */

@@ -230,15 +230,19 @@ export interface JobRow<P = any> {
   payload: P;
 }
 
-/** A queue's settings for configure(); a setting left out stays as it is. */
+/** A queue's settings for configure(); a setting left out (undefined or null) stays as it is. */
 export interface QueueSettings {
-  weight?: number;
+  weight?: number | null;
   /** Cap on the queue's rows in work_queue, claimed or not; 0 removes it. */
-  maxInFlight?: number;
-  maxTries?: number;
-  paused?: boolean;
+  maxInFlight?: number | null;
+  maxTries?: number | null;
+  paused?: boolean | null;
   /** How long finished jobs are kept in pgqueue.archive: seconds, or an interval's text ('7 days'); 0 keeps none (pgqueue 1.1). */
-  retention?: number | string;
+  retention?: number | string | null;
+  /** At most this many of the queue's jobs scheduled in any window of ratePeriod; 0 removes the limit (pgqueue 1.2). */
+  rateLimit?: number | null;
+  /** The rateLimit's window: seconds, or an interval's text ('1 minute'); 10 ms to 1 day, no months; default 1 second (pgqueue 1.2). */
+  ratePeriod?: number | string | null;
 }
 
 /** One row per queue with jobs or settings, by queue name. */

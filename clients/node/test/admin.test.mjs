@@ -128,3 +128,118 @@ test('on pgqueue 1.0, the 1.1 functions say what to run', { skip: PASS !== 'dire
     await db.admin.query(`DROP DATABASE ${database}`);
   }
 });
+
+// --- rateLimit and ratePeriod (pgqueue 1.2) ---------------------------------
+
+// Whether this server's pgq_configure takes rate_limit and rate_period (1.2).
+async function hasRateLimit() {
+  const { rows: [r] } = await db.admin.query("SELECT count(*) = 1 AS ok FROM pg_catalog.pg_proc"
+    + " WHERE proname = 'pgq_configure' AND proargnames @> ARRAY['rate_limit', 'rate_period']");
+  return r.ok;
+}
+const NO_RATE = "needs pgqueue 1.2's pgq_configure(..., rate_limit, rate_period), which this server's extension does not have yet";
+
+test('configure rateLimit, ratePeriod: set, kept, removed; the server\'s 22023', async (t) => {
+  if (!await hasRateLimit()) { t.skip(NO_RATE); return; }
+  const q = queueName();
+  const rate = async () => (await db.admin.query(
+    'SELECT rate_limit, extract(epoch FROM rate_period)::float8 AS period, weight'
+    + ' FROM pgqueue.queues WHERE queue = $1', [q])).rows[0];
+  await configure(db.ops, q, { rateLimit: 5, ratePeriod: '1 minute' });
+  assert.deepEqual(await rate(), { rate_limit: 5, period: 60, weight: 1 });
+  await configure(db.ops, q, { weight: 2, rateLimit: undefined, ratePeriod: null }); // kept
+  assert.deepEqual(await rate(), { rate_limit: 5, period: 60, weight: 2 });
+  await configure(db.ops, q, { rateLimit: 7, ratePeriod: 2.5 }); // seconds
+  assert.deepEqual(await rate(), { rate_limit: 7, period: 2.5, weight: 2 });
+  await configure(db.ops, q, { ratePeriod: '250 milliseconds' });
+  assert.deepEqual(await rate(), { rate_limit: 7, period: 0.25, weight: 2 });
+  await configure(db.ops, q, { rateLimit: 0 }); // removes the limit; the period stays
+  assert.deepEqual(await rate(), { rate_limit: 0, period: 0.25, weight: 2 });
+  for (const bad of [{ ratePeriod: '1 month' }, { ratePeriod: 0.005 }, { ratePeriod: '1 day 1 second' },
+    { ratePeriod: -1 }, { rateLimit: -1 }, { rateLimit: 3, ratePeriod: '1 year' }]) {
+    await assert.rejects(configure(db.ops, q, bad), (err) => err.code === '22023', JSON.stringify(bad));
+    assert.deepEqual(await rate(), { rate_limit: 0, period: 0.25, weight: 2 }, JSON.stringify(bad));
+  }
+  await configure(db.ops, q, { rateLimit: 1, ratePeriod: 0.01 }); // the edges are taken
+  await configure(db.ops, q, { ratePeriod: '1 day' });
+  assert.deepEqual(await rate(), { rate_limit: 1, period: 86400, weight: 2 });
+  await db.admin.query('DELETE FROM pgqueue.queues WHERE queue = $1', [q]);
+});
+
+test('on pgqueue 1.1, configure with rateLimit or ratePeriod says what to run; without them it works', { skip: PASS !== 'direct' && 'direct pass only (PgBouncer serves pgq_test only)' }, async () => {
+  const database = `pgq_old_${crypto.randomBytes(4).toString('hex')}`;
+  await db.admin.query(`CREATE DATABASE ${database}`);
+  let old;
+  try {
+    old = await connect({ ...adminConfig, database });
+    await old.query("CREATE EXTENSION pgqueue VERSION '1.1'");
+    // without them nothing changed: 1.1's pgq_configure is called as before
+    await configure(old, 'q', { weight: 2, retention: 60, rateLimit: undefined, ratePeriod: null });
+    await pause(old, 'q');
+    const needs = (err) => err instanceof NeedsNewerExtension
+      && err.message.includes('configure with a rateLimit or ratePeriod needs pgqueue 1.2')
+      && err.message.includes('this database has pgqueue 1.1') && err.message.includes('ALTER EXTENSION pgqueue UPDATE')
+      && err.cause?.code === '42883';
+    await assert.rejects(configure(old, 'q', { weight: 3, rateLimit: 5 }), needs);
+    await assert.rejects(configure(old, 'q', { ratePeriod: 1 }), needs);
+    await assert.rejects(configure(old, 'q', { retention: 10, ratePeriod: '1 second' }), needs);
+    const { rows: [r] } = await old.query("SELECT weight, paused, extract(epoch FROM retention)::int AS retention"
+      + " FROM pgqueue.queues WHERE queue = 'q'");
+    assert.deepEqual(r, { weight: 2, paused: true, retention: 60 });
+  } finally {
+    await old?.end();
+    await db.admin.query(`DROP DATABASE ${database}`);
+  }
+});
+
+// The most of times (ms) in any half-open window of period ms.
+function mostInAWindow(times, period) {
+  const sorted = [...times].sort((a, b) => a - b);
+  let most = 0;
+  for (let i = 0; i < sorted.length; i++) {
+    most = Math.max(most, sorted.slice(i).filter((u) => u < sorted[i] + period).length);
+  }
+  return most;
+}
+
+// The server's promise is on the releases into work_queue (the scheduling
+// pass's now, work_queue.created): at most 5 in any window of 1 s, checked
+// exactly.  The claims follow the releases by a few milliseconds each, not
+// always the same few, so the claims are checked in windows 50 ms shorter:
+// still never a sixth.
+test('a rate-limited queue (5 per second) is claimed at its rate', async (t) => {
+  if (!await hasRateLimit()) { t.skip(NO_RATE); return; }
+  const q = queueName();
+  const lease = 30;
+  await configure(db.ops, q, { rateLimit: 5, ratePeriod: '1 second' });
+  const claimed = [];
+  const released = [];
+  let queries = Promise.resolve(); // one query at a time on the shared client
+  const createdMs = (id) => (queries = queries.then(() => db.admin.query(
+    'SELECT (extract(epoch FROM created) * 1000)::float8 AS ms FROM pgqueue.work_queue WHERE id = $1', [id])));
+  const w = new Worker(config, { concurrency: 20, wait: 1, lease, logger: quiet });
+  w.handle(q, async (job) => {
+    // the claim's time by the server's clock: its lease ends lease seconds later
+    claimed.push(job.lockTimeout.getTime() - lease * 1000);
+    // its release: the job is in work_queue until its ack
+    const { rows: [r] } = await createdMs(job.id);
+    released.push(r.ms);
+  });
+  const running = w.run({ signals: false });
+  try {
+    await sleep(500); // the worker is up and waiting before the jobs come
+    await pushBatch(db.ops, q, Array.from({ length: 20 }, (_, n) => ({ n })));
+    await sleep(2500);
+  } finally {
+    await w.stop();
+    await running;
+  }
+  const first = Math.min(...claimed);
+  const seen = JSON.stringify({ claimed: claimed.map((c) => c - first).sort((a, b) => a - b),
+    released: released.map((c) => Math.round((c - first) * 10) / 10).sort((a, b) => a - b) });
+  assert.ok(claimed.length >= 5 && claimed.length <= 15, seen);
+  assert.ok(mostInAWindow(released, 1000) <= 5, seen);
+  assert.ok(mostInAWindow(claimed, 950) <= 5, seen);
+  await db.admin.query('DELETE FROM pgqueue.queue WHERE queue = $1', [q]);
+  await db.admin.query('DELETE FROM pgqueue.queues WHERE queue = $1', [q]);
+});

@@ -57,6 +57,12 @@ async function main(): Promise<void> {
   const stolen: number = c.leasesStolen;
   await configure(client, 'emails', { maxTries: 3, paused: false, retention: '7 days', maxInFlight: 0 });
   await configure(client, 'emails', { retention: 3600 });
+  await configure(client, 'emails', { rateLimit: 5, ratePeriod: '1 second' });
+  await configure(client, 'emails', { rateLimit: 0, ratePeriod: 60, weight: null });
+  // @ts-expect-error rateLimit is a number
+  await configure(client, 'emails', { rateLimit: '5' });
+  // @ts-expect-error ratePeriod is seconds or an interval's text
+  await configure(client, 'emails', { ratePeriod: true });
   // @ts-expect-error settings are camelCase
   await configure(client, 'emails', { max_tries: 3 });
   await pause(client, 'emails');
