@@ -109,7 +109,10 @@ for mode in $MODES; do
 	psql -d bench -c "SELECT pgq_configure('$q', rate_limit => $LIMIT, rate_period => '$PERIOD')" >/dev/null
 	load0=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "# $mode: pushing $BACKLOG jobs to $q, then $DURATION s" >&2
-	psql -d bench -c "SELECT count(*) FROM pgq_push_batch('$q', (SELECT array_agg(jsonb_build_object('n', n)) FROM generate_series(1, $BACKLOG) n))" >/dev/null
+	# in one transaction, 10,000 a call (pgq_push_batch's most)
+	psql -d bench -c "BEGIN" -c "SELECT count(*) FROM generate_series(0, ($BACKLOG - 1) / 10000) b,
+		LATERAL pgq_push_batch('$q', (SELECT array_agg(jsonb_build_object('n', n))
+		                                FROM generate_series(b * 10000 + 1, least((b + 1) * 10000, $BACKLOG)) n))" -c "COMMIT" >/dev/null
 	if [ "$mode" = consume ]; then
 		cat >"$DIR/consume.sql" <<EOF
 SELECT bench_consume('$q') AS n \gset
