@@ -312,6 +312,41 @@ cmp_ok(scalar(@h), '>=', 10 * int(0.6 * 3_000_000 / $hc_period),
 	'(g) and the queue was released in most windows');
 $node->safe_psql('postgres', "SELECT pgq_configure('hc', rate_limit => 0)");
 
+# --- (h) a pass that found the window taken by another pass ------------------
+# A session holds the queue's window lock (what an open pgq_schedule call
+# holds: rate.c's advisory lock) while a push wakes the scheduler: its pass
+# releases nothing of the queue, and must come back for it once the lock is
+# free, not at the next naptime (1 h here).
+$node->safe_psql('postgres',
+	"SELECT pgq_configure('lk', rate_limit => 5, rate_period => '1 second')");
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe(
+	"SELECT pg_advisory_xact_lock(1885827446, hashtext('lk'))");
+my $passes = counter($node, 'postgres', 'scheduler_passes');
+push_jobs(20, 'lk');
+$node->poll_query_until('postgres',
+	"SELECT scheduler_passes > $passes FROM pgq_counters()")
+  or die 'the push woke no pass';
+is(released_count('lk'), 0, '(h) lk: nothing released while another holds its window');
+my $freed_at = now_us();
+$holder->query_safe('COMMIT');
+$holder->quit;
+# (10 s at most: the naptime is 1 h)
+my $woke = 0;
+for (1 .. 100)
+{
+	last if ($woke = released_count('lk') >= 5);
+	usleep(100_000);
+}
+ok($woke, '(h) lk: released once the other pass is gone');
+my @l = releases('lk');
+note sprintf('lk: %d released, the first %.3f s after the lock was freed',
+	scalar(@l), @l ? ($l[0] - $freed_at) / 1e6 : -1);
+cmp_ok(@l ? ($l[0] - $freed_at) / 1e6 : 1e9, '<', 2,
+	'(h) lk: within 2 s (not at the next naptime)');
+$node->safe_psql('postgres', "SELECT pgq_configure('lk', rate_limit => 0)");
+
 # --- no errors ---------------------------------------------------------------
 is(log_count($node, qr/\] pgqueue (?:launcher|scheduler) (?:ERROR|PANIC|WARNING):/, 0),
 	0, 'the scheduler logged no error');
