@@ -92,6 +92,8 @@ extern void pgq_claim_jobs(ReturnSetInfo *rsinfo, text *key, int max_items,
  * scheduling pass reads and writes it (pgqueue.rate_windows).
  */
 #define PGQ_RATE_BUCKETS 257
+/* a pass that found a queue's window taken tries it again this much later */
+#define PGQ_RATE_RETRY_USECS (10 * INT64CONST(1000))
 
 typedef struct PgqRateWindow
 {

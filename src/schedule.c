@@ -1108,8 +1108,15 @@ pgq_take_by_tag(PassRels *r, TimestampTz now, int max_items, const PassStates *s
 		{
 			if (q->rate == NULL || pgq_rate_free_at(q->rate) == DT_NOEND)
 			{
-				/* another pass has its window: back after the pass */
+				/*
+				 * Another pass has its window (an open pgq_schedule call,
+				 * or one with a later now wrote it): back after the pass,
+				 * and the scheduler passes again in a moment.  That other
+				 * pass's commit does not wake it: without the wake-up the
+				 * queue waited for the next naptime.
+				 */
 				skipped = lappend(skipped, q);
+				soonest_due = Min(soonest_due, now + PGQ_RATE_RETRY_USECS);
 				continue;
 			}
 			/* its window is full: it waits until a release leaves it */
