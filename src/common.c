@@ -17,6 +17,8 @@
 #include "access/xact.h"
 #include "common/int.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -426,4 +428,23 @@ pgq_max_items_arg(FunctionCallInfo fcinfo, int argno)
 				 errmsg("max_items must be between 1 and %d", PGQ_MAX_ITEMS),
 				 errdetail("max_items was %d.", n)));
 	return n;
+}
+
+/*
+ * Take, without waiting, the transaction-level lock of a queue for one
+ * kind of pass work (space: the cap's or the rate limit's, hash: the
+ * queue name's hashtext); false when another transaction holds it.  An
+ * object lock of this database whose class id is space, not an advisory
+ * lock: any role may take any advisory lock from SQL (pg_advisory_lock,
+ * for the whole session), and one that held a queue's would stop the
+ * passes from scheduling its jobs for as long as it liked; no SQL takes
+ * an object lock of a class that is no catalog.
+ */
+bool
+pgq_try_queue_lock(uint32 space, int32 hash)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_OBJECT(tag, MyDatabaseId, (Oid) space, (Oid) (uint32) hash, 0);
+	return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 }

@@ -70,5 +70,6 @@ extern int64 pgq_interval_arg(FunctionCallInfo fcinfo, int argno,
 							  const char *argname, int64 min_usecs,
 							  int64 max_usecs, const char *max_text);
 extern int	pgq_max_items_arg(FunctionCallInfo fcinfo, int argno);
+extern bool pgq_try_queue_lock(uint32 space, int32 hash);
 
 #endif							/* PGQUEUE_COMMON_H */

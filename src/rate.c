@@ -27,8 +27,8 @@
  * its rate_limit (0.4 % less).
  *
  * Passes of one queue go one at a time, in the order of their now: a pass
- * takes a transaction-level advisory lock (PGQ_RATE_LOCK_KEY,
- * hashtext(queue)) without waiting, and reads the row with a snapshot
+ * takes a transaction-level lock (PGQ_RATE_LOCK_KEY, hashtext(queue):
+ * pgq_try_queue_lock, which no SQL can take) without waiting, and reads the row with a snapshot
  * taken once it holds the lock (as schedule.c's rooms under max_in_flight:
  * specs/cap_race.spec); a queue locked by another open pass, or whose row
  * a pass with a later now already wrote, gets nothing in this pass.  So
@@ -113,9 +113,7 @@ pgq_rate_open(const char *queue, int32 limit, int64 period, TimestampTz now,
 
 	h = DatumGetInt32(DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID,
 											  PointerGetDatum(qname)));
-	if (!DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
-										  Int32GetDatum(PGQ_RATE_LOCK_KEY),
-										  Int32GetDatum(h))))
+	if (!pgq_try_queue_lock(PGQ_RATE_LOCK_KEY, h))
 		return NULL;
 
 	w = palloc0(sizeof(PgqRateWindow));

@@ -44,7 +44,8 @@
  * version the snapshot sees, without waiting (a row held or changed by
  * another transaction is skipped), so two passes at once never schedule a
  * job twice.  max_in_flight under concurrent passes: a pass takes a
- * transaction-level advisory lock (1885827445, hashtext(queue)) on each
+ * transaction-level lock (1885827445, hashtext(queue): pgq_try_queue_lock,
+ * an object lock that no SQL can take, unlike an advisory lock) on each
  * capped queue it schedules into, without waiting; a capped queue locked by
  * another open pass is left out of this pass (its room may be in use).
  *
@@ -508,7 +509,7 @@ pgq_pass_index(PassRels *r, int i, bool ready)
 }
 
 /*
- * Room of capped queue q in this pass: its advisory lock (without waiting),
+ * Room of capped queue q in this pass: its lock (pgq_try_queue_lock, without waiting),
  * then max_in_flight minus its jobs in work_queue.  0 when another open pass
  * holds the lock.
  *
@@ -532,9 +533,7 @@ pgq_room(PassRels *r, QueueState *q, text *qname)
 	q->room_pass = pass_count;
 	h = DatumGetInt32(DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID,
 											  PointerGetDatum(qname)));
-	if (!DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
-										  Int32GetDatum(PGQ_CAP_LOCK_KEY),
-										  Int32GetDatum(h))))
+	if (!pgq_try_queue_lock(PGQ_CAP_LOCK_KEY, h))
 		return q->room = 0;
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	for (i = 0; i < r->w.jobs_view.n; i++)
