@@ -73,6 +73,21 @@ SELECT * FROM released;
 -- 256 buckets and the newest
 SELECT array_length(counts, 1) AS buckets, period FROM pgqueue.rate_windows;
 
+-- a clock stepped back (NTP, a VM restored, a promoted standby whose clock
+-- lags): the window a pass wrote before the step lies ahead of the clock,
+-- here by about an hour.  The queue waits one period, not until the clock
+-- gets there again: the window's releases count as made now.
+TRUNCATE pgqueue.queue, pgqueue.work_queue, pgqueue.rate_windows;
+SELECT count(pgq_push('rl', jsonb_build_object('n', n))) AS pushed FROM generate_series(1, 5) n;
+SELECT pgq_schedule();
+UPDATE pgqueue.rate_windows SET newest = newest + 10000000;
+SELECT pg_sleep(0.25);
+SELECT pgq_schedule();
+SELECT * FROM window_total;
+SELECT pg_sleep(0.25);
+SELECT pgq_schedule();
+SELECT * FROM released;
+
 -- bad input: 22023, nothing changed
 SELECT pgq_configure('rl', rate_limit => -1);
 SELECT pgq_configure('rl', rate_period => '1 month');

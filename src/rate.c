@@ -152,18 +152,31 @@ pgq_rate_open(const char *queue, int32 limit, int64 period, TimestampTz now,
 		deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT, &elems, &elnulls, &n);
 		if (old_period == period && n == PGQ_RATE_BUCKETS)
 		{
-			if (b < old_newest)
+			if (b < old_newest && old_newest <= GetCurrentTimestamp() / w->width)
 			{
 				/* a pass with a later now counted releases after ours */
 				pgq_spi_finish(nest);
 				return NULL;
 			}
-			w->newest = old_newest;
-			for (i = 0; i < n; i++)
-				w->counts[i] = elnulls[i] ? 0 : DatumGetInt32(elems[i]);
-			pgq_rate_advance(w, b);
+			if (b >= old_newest)
+			{
+				w->newest = old_newest;
+				for (i = 0; i < n; i++)
+					w->counts[i] = elnulls[i] ? 0 : DatumGetInt32(elems[i]);
+				pgq_rate_advance(w, b);
+				goto done;
+			}
+
+			/*
+			 * The window's newest bucket lies ahead of the clock itself, not
+			 * only of this pass's now: no pass that committed can have had a
+			 * now later than the clock reads, so the clock was stepped back
+			 * (NTP, a VM restored, a promoted standby whose clock lags).
+			 * Waiting for the clock to reach that bucket again would stall
+			 * the queue for as long as the step; its releases count as
+			 * now's instead, as on a change of period below.
+			 */
 		}
-		else
 		{
 			/* the period changed: the old window's releases count as now's */
 			int64		sum = 0;
@@ -175,6 +188,7 @@ pgq_rate_open(const char *queue, int32 limit, int64 period, TimestampTz now,
 			w->dirty = true;
 		}
 	}
+done:
 	pgq_spi_finish(nest);
 
 	*room = Max((int64) limit - w->total, 0);
