@@ -378,13 +378,21 @@ pgq_own_ready(char ***names, PgqKey **keys, uint32 **slotmasks)
 	return pending_nready;
 }
 
-/* The settings generation of this database (0 without shared memory). */
+/*
+ * The settings generation of this database.  Without shared memory (the
+ * library not preloaded, or no slot for the database) no pgq_configure of
+ * another session can be heard of: a number that changes at every call,
+ * so that every scheduling pass reads the settings again (a pause, a cap,
+ * a rate limit set meanwhile) instead of keeping those of its session's
+ * first pass for good.
+ */
 uint64
 pgq_settings_generation(void)
 {
+	static uint64 unshared_gen = 0;
 	PgqDbSlot  *slot = pgq_my_slot();
 
-	return slot ? pg_atomic_read_u64(&slot->settings_gen) : 0;
+	return slot ? pg_atomic_read_u64(&slot->settings_gen) : ++unshared_gen;
 }
 
 /*
