@@ -204,14 +204,15 @@ for kind in $KINDS; do
 		read -r ok bad < <(count_pg_regress "$out")
 		;;
 	tap | upgrade)
-		# upgrade: the TAP files of the update from 1.0 alone (a live
-		# update; the schema it leaves against a fresh install's)
+		# upgrade: the TAP files of the updates alone (from 1.0: a live
+		# update, the schema it leaves against a fresh install's; from
+		# 1.1 to 1.2 under load, a 1.1 dump restored into 1.2)
 		tests=()
 		if [ "$kind" = tap ]; then
 			log "TAP"
 		else
-			log "TAP, the update from 1.0 (t/006_upgrade.pl, t/033_upgrade_dump.pl)"
-			tests=("PROVE_TESTS=t/006_upgrade.pl t/033_upgrade_dump.pl")
+			log "TAP, the updates (t/006_upgrade.pl, t/033_upgrade_dump.pl, t/035_upgrade_12.pl)"
+			tests=("PROVE_TESTS=t/006_upgrade.pl t/033_upgrade_dump.pl t/035_upgrade_12.pl")
 		fi
 		run_as_pg REGRESS= ISOLATION= PROVE_FLAGS="--timer -v" "${tests[@]}" >"$out" 2>&1
 		rc=$?

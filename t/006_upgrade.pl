@@ -7,11 +7,18 @@
 # and the scheduler's passes go on.  Then the update runs while the
 # scheduler is busy and a claim waits for it; afterwards the jobs keep their
 # state, payload, lease, holder and tries, a worker that claimed before the
-# update extends, acks and nacks its jobs, and everything works on 1.1,
+# update extends, acks and nacks its jobs, and everything works after it,
 # including the operator API (retry, cancel and purge of jobs failed, held
 # and pending since before the update, the archive); the updated database
 # has the same tables, indexes, constraints, functions, privileges and
 # pg_dump marks as a fresh install.
+#
+# The update is the bare ALTER EXTENSION pgqueue UPDATE that users run: to
+# the default version, 1.2 since 1.2 began, so 1.0 -> 1.1 -> 1.2 in one
+# statement.  What is checked is what 1.1 brought to a live 1.0 database
+# (work_queue keeps an in-flight job's tries and version, no foreign key,
+# the operator API); it holds on 1.2 as well.  t/035_upgrade_12.pl checks
+# the update of a live 1.1 database to 1.2.
 use strict;
 use warnings;
 
@@ -107,7 +114,7 @@ my $upd = $node->background_psql('postgres');
 $upd->query_safe('BEGIN');
 $upd->query_safe('ALTER EXTENSION pgqueue UPDATE');
 
-# a claim issued now waits for the update's locks, then runs on 1.1
+# a claim issued now waits for the update's locks, then runs on the updated objects
 my $waiter = $node->background_psql('postgres');
 my $waiter_pid = $waiter->query_safe('SELECT pg_backend_pid()');
 $waiter->query_until(qr/claiming/,
@@ -124,7 +131,7 @@ pass('the waiting claim ran after the update and got a first try');
 
 is($node->safe_psql('postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'"),
-	'1.1', 'updated to 1.1');
+	'1.2', 'updated to 1.2 (1.0 -> 1.1 -> 1.2 in one ALTER EXTENSION pgqueue UPDATE)');
 is( $node->safe_psql('postgres', q{
 SELECT count(*) FROM pg_constraint WHERE conrelid = 'pgqueue.work_queue'::regclass AND contype = 'f'}),
 	'0', 'the foreign key is gone');
@@ -147,7 +154,7 @@ is($node->safe_psql('postgres', "SELECT pgq_nack('$j1', 'w1', 'second try failed
 	'retry', 'the holder nacks after the update');
 is($node->safe_psql('postgres', "SELECT tries, version > $version_j1 FROM pgqueue.queue WHERE id = '$j1'"),
 	'2|t', 'the nack wrote tries and version back to the job row');
-# the lease of w2 ran out before the update: stolen on 1.1 (before the
+# the lease of w2 ran out before the update: stolen after it (before the
 # nacked job: a claim takes expired leases first), as try 2
 is( $node->safe_psql('postgres', "
 SELECT id = '$j3', tries FROM pgq_claim('w4', 1, '1 hour', ARRAY['q'])"),
@@ -155,16 +162,16 @@ SELECT id = '$j3', tries FROM pgq_claim('w4', 1, '1 hour', ARRAY['q'])"),
 is($node->safe_psql('postgres', "SELECT pgq_ack('$j3', 'w2')"), 'f',
 	'its old holder is fenced off');
 
-wait_scheduled('1.1: the scheduler schedules the nacked job again');
+wait_scheduled('after the update: the scheduler schedules the nacked job again');
 my $again = $node->safe_psql('postgres', "
 SELECT tries, version > $version_j1 FROM pgq_claim('w1', 1, '1 hour', ARRAY['q']) WHERE id = '$j1'");
 is($again, '3|t', 'claimed again: try 3, a larger version');
 is($node->safe_psql('postgres', "SELECT pgq_ack('$j1', 'w1')"), 't', 'and acked');
 
-# new work flows on 1.1; max_in_flight still holds
+# new work flows after the update; max_in_flight still holds
 $node->safe_psql('postgres',
 	"SELECT pgq_push('q', jsonb_build_object('n', 'after', 'k', g)) FROM generate_series(1, 5) g");
-wait_scheduled('1.1: new pushes are scheduled');
+wait_scheduled('after the update: new pushes are scheduled');
 is( $node->safe_psql('postgres', q{
 SELECT count(*) FROM pgqueue.work_queue w JOIN pgqueue.queue q USING (id) WHERE q.queue = 'caps'}),
 	'2', 'max_in_flight still caps the queue');
@@ -176,13 +183,13 @@ SELECT count(*) FROM pgqueue.work_queue w
  WHERE NOT EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = w.id AND q.state = 'scheduled')}),
 	'0', 'no work_queue row without its scheduled job');
 # an ack of a capped queue's job freed a place: the last 'caps' job follows
-wait_scheduled('1.1: a freed place under max_in_flight is filled', 'caps');
+wait_scheduled('after the update: a freed place under max_in_flight is filled', 'caps');
 is( $node->safe_psql('postgres', q{
 SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM
   (SELECT state, count(*) n FROM pgqueue.jobs WHERE queue IN ('q', 'caps') GROUP BY state) s}),
 	'pending:1,running:2,scheduled:1', 'pgqueue.jobs after the update');
 
-# --- the operating objects of 1.1 on the updated database -------------------
+# --- the operating objects of 1.1 on the updated database (1.2) -------------
 $node->safe_psql('postgres', q{
 SELECT pgq_configure('dead', retention => '1 day');
 SELECT pgq_configure('held', retention => '1 day');
@@ -190,7 +197,7 @@ SELECT pgq_configure('stopped', retention => '1 day');
 });
 is($node->safe_psql('postgres', "SELECT pgq_retry('$dead')"), 't',
 	'a job failed under 1.0 is retried');
-wait_scheduled('1.1: the retried job is scheduled', 'dead');
+wait_scheduled('after the update: the retried job is scheduled', 'dead');
 is( $node->safe_psql('postgres', q{
 SELECT tries, pgq_ack(id, 'w7') FROM pgq_claim('w7', 1, '1 hour', ARRAY['dead'])}),
 	'1|t', 'claimed as a first try again, and acked');
@@ -206,7 +213,7 @@ SELECT string_agg(queue || ':' || outcome || ':' || tries || ':' || coalesce(las
 	'dead:acked:1:failed under 1.0,held:cancelled:1:-,stopped:purged:0:-',
 	'each is in the archive');
 
-# a fresh 1.1 install and the updated one have the same tables and columns
+# a fresh install (1.2) and the updated one have the same tables and columns
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION pgqueue');
 # the archive's partitions, and their indexes, are made at run time; the
@@ -224,7 +231,7 @@ SELECT string_agg(format('%s.%s %s %s %s', c.relname, a.attname,
  WHERE c.relnamespace = 'pgqueue'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
    AND $not_archive_part};
 is($node->safe_psql('postgres', $shape), $node->safe_psql('fresh', $shape),
-	'the updated and the fresh 1.1 tables have the same columns');
+	'the updated and the fresh tables have the same columns');
 my $indexes = q{
 SELECT string_agg(pg_get_indexdef(i.indexrelid), E'\n' ORDER BY pg_get_indexdef(i.indexrelid))
   FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid

@@ -1,5 +1,7 @@
-# pg_dump --schema-only of a database updated from 1.0 against a fresh 1.1
-# install's.
+# pg_dump --schema-only of a database updated from 1.0 against a fresh
+# install's, both at the default version (1.2 since 1.2 began: the bare
+# ALTER EXTENSION pgqueue UPDATE goes 1.0 -> 1.1 -> 1.2 in one statement;
+# t/035_upgrade_12.pl compares a 1.1 updated to 1.2 as well).
 #
 # t/006 checks the update of a live database and compares the catalogs it
 # leaves with a fresh install's, query by query.  This compares what pg_dump
@@ -74,7 +76,7 @@ is( $node->safe_psql('updated',
 
 $node->safe_psql('updated', 'ALTER EXTENSION pgqueue UPDATE');
 is($node->safe_psql('updated', "SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'"),
-	'1.1', 'updated to 1.1');
+	'1.2', 'updated to 1.2 (1.0 -> 1.1 -> 1.2 in one ALTER EXTENSION pgqueue UPDATE)');
 is($node->safe_psql('updated', $jobs_sql =~ s/tries/coalesce(w.tries, q.tries)/r),
 	$before, 'every job kept its state, payload, tries and holder');
 
