@@ -58,13 +58,23 @@ $$;
 
 /*
  * Rate limits: the scheduler releases at most rate_limit jobs of a queue
- * into work_queue in any window of rate_period (0: no limit).  Defaults
- * that are constants: no row is rewritten.
+ * into work_queue in any window of rate_period (0: no limit).  The columns
+ * are filled by an UPDATE (a row a queue with settings: a small table)
+ * before they get their defaults, so that no "missing value" of ADD
+ * COLUMN ... DEFAULT stays in the catalog: a fresh install, which runs
+ * this file too, and an updated database have the same catalog
+ * (t/033_upgrade_dump.pl, t/035_upgrade_12.pl).
  */
 ALTER TABLE pgqueue.queues
-    ADD COLUMN rate_limit  int NOT NULL DEFAULT 0 CHECK (rate_limit >= 0),
-    ADD COLUMN rate_period interval NOT NULL DEFAULT '1 second'
+    ADD COLUMN rate_limit  int CHECK (rate_limit >= 0),
+    ADD COLUMN rate_period interval
                CHECK (rate_period >= '10 milliseconds' AND rate_period <= '1 day');
+UPDATE pgqueue.queues SET rate_limit = 0, rate_period = '1 second';
+ALTER TABLE pgqueue.queues
+    ALTER COLUMN rate_limit SET DEFAULT 0,
+    ALTER COLUMN rate_limit SET NOT NULL,
+    ALTER COLUMN rate_period SET DEFAULT '1 second',
+    ALTER COLUMN rate_period SET NOT NULL;
 
 /*
  * The releases of each rate-limited queue in its last rate_period, in
