@@ -178,7 +178,8 @@ pgq_rate_open(const char *queue, int32 limit, int64 period, TimestampTz now,
 			 */
 		}
 		{
-			/* the period changed: the old window's releases count as now's */
+			/* the period changed, or the clock stepped back: the old window's
+			 * releases count as now's */
 			int64		sum = 0;
 
 			for (i = 0; i < n; i++)
