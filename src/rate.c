@@ -178,8 +178,10 @@ pgq_rate_open(const char *queue, int32 limit, int64 period, TimestampTz now,
 			 */
 		}
 		{
-			/* the period changed, or the clock stepped back: the old window's
-			 * releases count as now's */
+			/*
+			 * The period changed, or the clock stepped back: the old
+			 * window's releases count as now's.
+			 */
 			int64		sum = 0;
 
 			for (i = 0; i < n; i++)
