@@ -2,7 +2,8 @@
 # 1.1 dump restored into 1.2, the schema an update leaves, and what stops
 # or warns about the update.
 #
-# 1. Rounds (PGQ_T035_ROUNDS, default 4) on database postgres, where the
+# 1. Rounds (PGQ_T035_ROUNDS, default 2: about 25 s each; more for a
+#    stress run, e.g. PGQ_T035_ROUNDS=8) on database postgres, where the
 #    scheduler runs with small slots (the rings turn every few hundred
 #    jobs): DROP EXTENSION pgqueue CASCADE; CREATE EXTENSION pgqueue
 #    VERSION '1.1'; both rings turned (counted); jobs pending (delayed, and
@@ -41,7 +42,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $rounds = $ENV{PGQ_T035_ROUNDS} // 4;
+my $rounds = $ENV{PGQ_T035_ROUNDS} // 2;
 my $load_secs = 10;
 my $update_after = 4;    # seconds into the load
 
