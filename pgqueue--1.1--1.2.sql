@@ -12,9 +12,11 @@
  * call sees half of this update.
  *
  * Locks first, in the order the calls and the scheduling passes take them
- * (work_queue, then queue, then the settings),
- * so that the update waits for the calls under way and no call deadlocks
- * with it.
+ * (work_queue, then queue, then the settings): the update waits for the
+ * transactions that use them, and a call that comes meanwhile waits for
+ * the update.  (A transaction that used one table before the update began
+ * and asks for another while it waits can deadlock with it: one of the
+ * two gets 40P01; docs/operations.md.)
  */
 LOCK TABLE pgqueue.work_queue, pgqueue.queue, pgqueue.queues IN ACCESS EXCLUSIVE MODE;
 
