@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The rate limit (1.2) against issue 33's target: a queue with rate_limit
+# The rate limit (1.2) against its goal: a queue with rate_limit
 # 100 per rate_period 1 s and a backlog of 20,000 jobs, the background
 # scheduler alone releasing it for 60 s: released per second within 1 % of
 # 100 over the minute, never above 100 in any 1 s window.  Two runs on one
@@ -148,7 +148,7 @@ done
 	echo "pgqueue.naptime = $NAPTIME, pgqueue.batch_size = $BATCH; the background scheduler alone releases."
 	echo "Modes: idle = nothing claims; consume = one pgbench client claims up to 100 and acks each."
 	echo
-	echo "Target (issue 33): released per second within 1 % of $LIMIT over the minute, never above $LIMIT in any 1 s window."
+	echo "Goal: released per second within 1 % of $LIMIT over the minute, never above $LIMIT in any 1 s window."
 	echo "Counted from the first release, over $DURATION s; a window is (t - period, t] at each release time t."
 	echo
 	echo "| mode | released | per second | ratio to $LIMIT | within 1 % | largest window | <= $LIMIT | per-second bins min / max | bursts | ms between bursts | steady rate /s | claimed (whole run) | load avg start / end |"

@@ -93,76 +93,18 @@ is($node->safe_psql('updated', $extconfig), $node->safe_psql('fresh', $extconfig
 	'the same configuration tables, with the same conditions');
 
 # --- the dumps -----------------------------------------------------------------
-sub pg_dump_text
-{
-	my ($db, @opts) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'pg_dump', '--schema-only', @opts, '-d', $node->connstr($db) ],
-		'>', \$out, '2>', \$err)
-	  or die "pg_dump @opts $db failed: $err";
-	return $out;
-}
-
-# the normalised dump, and the missing values it set (table.column=value)
-sub normalise
-{
-	my ($dump) = @_;
-	my %entries;
-	my $head = '(before the first entry)';
-	my @missing;
-	for my $line (split /\n/, $dump)
-	{
-		if ($line =~ /^-- (?:Data for )?Name: (.*)$/)
-		{
-			$head = $1;
-			next;
-		}
-		next if $line =~ /^--/ || $line =~ /^\s*$/;
-		next if $line =~ /^\\(?:restrict|unrestrict) /;
-		next if $line =~ /^SELECT pg_catalog\.binary_upgrade_set_next_\w+\(.*\);$/;
-		if ($line =~ /^SELECT pg_catalog\.binary_upgrade_set_missing_value\('([^']+)'::pg_catalog\.regclass,\s*'([^']+)',\s*'(.*)'\);$/)
-		{
-			push @missing, "$1.$2=$3";
-			next;
-		}
-		$line =~ s/relfrozenxid = '\d+', relminmxid = '\d+'/relfrozenxid = 'X', relminmxid = 'X'/;
-		$line =~ s/^WHERE oid = '\d+';$/WHERE oid = 'X';/;    # a TOAST table's
-		# the configuration tables by OID, and their conditions in that
-		# order (compared by name above)
-		$line =~ s/'\{[^']*\}'/'{...}'/g
-		  if $line =~ /binary_upgrade_create_empty_extension/;
-		push @{ $entries{$head} }, $line;
-	}
-	my $text = join '', map { "-- $_\n" . join("\n", @{ $entries{$_} }) . "\n" }
-	  sort keys %entries;
-	return ($text, join(',', sort @missing));
-}
-
-# equal texts, or a failed test with their diff
-sub same_text
-{
-	my ($name, $got, $want, $msg) = @_;
-	my $dir = $PostgreSQL::Test::Utils::tmp_check;
-	my ($g, $w) = ("$dir/$name.updated.sql", "$dir/$name.fresh.sql");
-	PostgreSQL::Test::Utils::append_to_file($g, $got);
-	PostgreSQL::Test::Utils::append_to_file($w, $want);
-	my $diff = '';
-	IPC::Run::run([ 'diff', '-u', $w, $g ], '>', \$diff);
-	ok($diff eq '', $msg) or diag($diff);
-}
-
-my ($plain_updated) = normalise(pg_dump_text('updated'));
-my ($plain_fresh) = normalise(pg_dump_text('fresh'));
+my ($plain_updated) = schema_normalise(schema_dump($node, 'updated'));
+my ($plain_fresh) = schema_normalise(schema_dump($node, 'fresh'));
 like($plain_fresh, qr/^CREATE EXTENSION IF NOT EXISTS pgqueue WITH SCHEMA public;$/m,
 	'the plain dump of a fresh install creates the extension');
-same_text('plain', $plain_updated, $plain_fresh,
+same_schema('plain', $plain_updated, $plain_fresh,
 	'pg_dump --schema-only: the updated database dumps as a fresh install does');
 
-my ($full_updated, $missing_updated) = normalise(pg_dump_text('updated', '--binary-upgrade'));
-my ($full_fresh, $missing_fresh) = normalise(pg_dump_text('fresh', '--binary-upgrade'));
+my ($full_updated, $missing_updated) = schema_normalise(schema_dump($node, 'updated', '--binary-upgrade'));
+my ($full_fresh, $missing_fresh) = schema_normalise(schema_dump($node, 'fresh', '--binary-upgrade'));
 like($full_fresh, qr/^CREATE TABLE pgqueue\.queue_0 /m,
 	'the --binary-upgrade dump writes out the members of the extension');
-same_text('binary_upgrade', $full_updated, $full_fresh,
+same_schema('binary_upgrade', $full_updated, $full_fresh,
 	'pg_dump --schema-only --binary-upgrade: every member of the extension is the same');
 
 # the one accepted difference: missing values of the columns the update added

@@ -704,63 +704,8 @@ SELECT pgq_nack(id, 'w4', 'no more') FROM pgq_claim('w4', 1, '1 hour', ARRAY['de
 			  qw(fresh12 up11 up10)),
 		'1.2,1.2,1.2', 'a fresh install, and 1.1 and 1.0 each updated by one ALTER EXTENSION, are at 1.2');
 
-	sub pg_dump_text
-	{
-		my ($db, @opts) = @_;
-		my ($out, $err) = ('', '');
-		IPC::Run::run([ 'pg_dump', '--schema-only', @opts, '-d', $node->connstr($db) ],
-			'>', \$out, '2>', \$err)
-		  or die "pg_dump @opts $db failed: $err";
-		return $out;
-	}
-
-	# as t/033_upgrade_dump.pl normalises: the normalised dump, and the
-	# missing values it set (table.column=value)
-	sub normalise
-	{
-		my ($dump) = @_;
-		my %entries;
-		my $head = '(before the first entry)';
-		my @missing;
-		for my $line (split /\n/, $dump)
-		{
-			if ($line =~ /^-- (?:Data for )?Name: (.*)$/)
-			{
-				$head = $1;
-				next;
-			}
-			next if $line =~ /^--/ || $line =~ /^\s*$/;
-			next if $line =~ /^\\(?:restrict|unrestrict) /;
-			next if $line =~ /^SELECT pg_catalog\.binary_upgrade_set_next_\w+\(.*\);$/;
-			if ($line =~ /^SELECT pg_catalog\.binary_upgrade_set_missing_value\('([^']+)'::pg_catalog\.regclass,\s*'([^']+)',\s*'(.*)'\);$/)
-			{
-				push @missing, "$1.$2=$3";
-				next;
-			}
-			$line =~ s/relfrozenxid = '\d+', relminmxid = '\d+'/relfrozenxid = 'X', relminmxid = 'X'/;
-			$line =~ s/^WHERE oid = '\d+';$/WHERE oid = 'X';/;
-			$line =~ s/'\{[^']*\}'/'{...}'/g
-			  if $line =~ /binary_upgrade_create_empty_extension/;
-			push @{ $entries{$head} }, $line;
-		}
-		my $text = join '', map { "-- $_\n" . join("\n", @{ $entries{$_} }) . "\n" }
-		  sort keys %entries;
-		return ($text, join(',', sort @missing));
-	}
-
-	sub same_text
-	{
-		my ($name, $got, $want, $msg) = @_;
-		my ($g, $w) = ("$dir/$name.got.sql", "$dir/$name.fresh.sql");
-		PostgreSQL::Test::Utils::append_to_file($g, $got);
-		PostgreSQL::Test::Utils::append_to_file($w, $want);
-		my $diff = '';
-		IPC::Run::run([ 'diff', '-u', $w, $g ], '>', \$diff);
-		ok($diff eq '', $msg) or diag($diff);
-	}
-
-	my ($plain_fresh) = normalise(pg_dump_text('fresh12'));
-	my ($full_fresh, $missing_fresh) = normalise(pg_dump_text('fresh12', '--binary-upgrade'));
+	my ($plain_fresh) = schema_normalise(schema_dump($node, 'fresh12'));
+	my ($full_fresh, $missing_fresh) = schema_normalise(schema_dump($node, 'fresh12', '--binary-upgrade'));
 	like($plain_fresh, qr/^CREATE EXTENSION IF NOT EXISTS pgqueue WITH SCHEMA public;$/m,
 		'the plain dump of a fresh 1.2 creates the extension');
 	like($full_fresh, qr/^CREATE TABLE pgqueue\.queue_0 .*max_tries integer/ms,
@@ -768,11 +713,11 @@ SELECT pgq_nack(id, 'w4', 'no more') FROM pgq_claim('w4', 1, '1 hour', ARRAY['de
 	is($missing_fresh, '', 'a fresh 1.2 has no missing values');
 	for my $db (qw(up11 up10))
 	{
-		my ($plain) = normalise(pg_dump_text($db));
-		same_text("plain_$db", $plain, $plain_fresh,
+		my ($plain) = schema_normalise(schema_dump($node, $db));
+		same_schema("plain_$db", $plain, $plain_fresh,
 			"pg_dump --schema-only: $db, updated to 1.2, dumps as a fresh 1.2 does");
-		my ($full, $missing) = normalise(pg_dump_text($db, '--binary-upgrade'));
-		same_text("binary_upgrade_$db", $full, $full_fresh,
+		my ($full, $missing) = schema_normalise(schema_dump($node, $db, '--binary-upgrade'));
+		same_schema("binary_upgrade_$db", $full, $full_fresh,
 			"pg_dump --schema-only --binary-upgrade: every member of the extension in $db is a fresh 1.2's");
 		# the columns added with a default to tables that had rows (t/033):
 		# by 1.0 -> 1.1 only; 1.1 -> 1.2 adds max_tries without a default

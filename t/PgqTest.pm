@@ -10,6 +10,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -35,6 +36,9 @@ our @EXPORT = qw(
   ring_node
   restart_scheduler
   expired_partition
+  schema_dump
+  schema_normalise
+  same_schema
 );
 
 # A new node that preloads pgqueue.  $conf is appended to postgresql.conf
@@ -291,6 +295,70 @@ END \$\$;
 INSERT INTO pgqueue.archive (id, queue, payload, priority, tries, created, finished, outcome, expires)
 VALUES (gen_random_uuid(), 'old', '{}', 0, 1, '$day', '$day', 'acked', '$day 12:00+00');
 });
+}
+
+# --- pg_dump --schema-only, compared (t/033, t/035) ---------------------------
+
+# What pg_dump --schema-only @opts writes of database $db of $node.
+sub schema_dump
+{
+	my ($node, $db, @opts) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'pg_dump', '--schema-only', @opts, '-d', $node->connstr($db) ],
+		'>', \$out, '2>', \$err)
+	  or die "pg_dump @opts $db failed: $err";
+	return $out;
+}
+
+# A schema dump normalised for comparison (its entries by name, without
+# OIDs, xids and the --binary-upgrade calls that name them), and the
+# missing values it sets (table.column=value, comma-separated).
+sub schema_normalise
+{
+	my ($dump) = @_;
+	my %entries;
+	my $head = '(before the first entry)';
+	my @missing;
+	for my $line (split /\n/, $dump)
+	{
+		if ($line =~ /^-- (?:Data for )?Name: (.*)$/)
+		{
+			$head = $1;
+			next;
+		}
+		next if $line =~ /^--/ || $line =~ /^\s*$/;
+		next if $line =~ /^\\(?:restrict|unrestrict) /;
+		next if $line =~ /^SELECT pg_catalog\.binary_upgrade_set_next_\w+\(.*\);$/;
+		if ($line =~ /^SELECT pg_catalog\.binary_upgrade_set_missing_value\('([^']+)'::pg_catalog\.regclass,\s*'([^']+)',\s*'(.*)'\);$/)
+		{
+			push @missing, "$1.$2=$3";
+			next;
+		}
+		$line =~ s/relfrozenxid = '\d+', relminmxid = '\d+'/relfrozenxid = 'X', relminmxid = 'X'/;
+		$line =~ s/^WHERE oid = '\d+';$/WHERE oid = 'X';/;    # a TOAST table's
+		# the configuration tables by OID, and their conditions in that
+		# order (compared by name above)
+		$line =~ s/'\{[^']*\}'/'{...}'/g
+		  if $line =~ /binary_upgrade_create_empty_extension/;
+		push @{ $entries{$head} }, $line;
+	}
+	my $text = join '', map { "-- $_\n" . join("\n", @{ $entries{$_} }) . "\n" }
+	  sort keys %entries;
+	return ($text, join(',', sort @missing));
+}
+
+# Equal normalised dumps, or a failed test with their diff (the two kept
+# in the test's directory as $name.got.sql and $name.want.sql).
+sub same_schema
+{
+	my ($name, $got, $want, $msg) = @_;
+	my $dir = $PostgreSQL::Test::Utils::tmp_check;
+	my ($g, $w) = ("$dir/$name.got.sql", "$dir/$name.want.sql");
+	PostgreSQL::Test::Utils::append_to_file($g, $got);
+	PostgreSQL::Test::Utils::append_to_file($w, $want);
+	my $diff = '';
+	IPC::Run::run([ 'diff', '-u', $w, $g ], '>', \$diff);
+	ok($diff eq '', $msg) or diag($diff);
 }
 
 1;
