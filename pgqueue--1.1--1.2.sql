@@ -31,6 +31,35 @@ ALTER TABLE pgqueue.queue ADD COLUMN max_tries int;
 ALTER TABLE pgqueue.work_queue ADD COLUMN max_tries int;
 
 /*
+ * Flows: a job pushed with "after" (its parents) waits, in the state
+ * 'waiting', until the last of them is acked; waiting_for counts its
+ * parents not yet acked (NULL for a job pushed without parents).  A
+ * waiting job is in none of the scheduler's indexes (queue_ready_idx
+ * holds 'pending' and 'retry' only).  The new label cannot be used in
+ * this transaction (ALTER TYPE ... ADD VALUE), and nothing below does.
+ */
+ALTER TYPE pgqueue.job_state ADD VALUE 'waiting';
+ALTER TABLE pgqueue.queue ADD COLUMN waiting_for int;
+
+/*
+ * The edges of the flows: child waits for parent.  Written by the push
+ * that names the parent (which locks the parent's row FOR KEY SHARE, so
+ * that its ack waits for the push to commit and then sees the edge),
+ * removed by the parent's ack (which counts the child down: src/flow.c),
+ * or by a cancel or purge (which cancels the waiting descendants).  Data,
+ * not state: pg_dump keeps its rows.
+ */
+CREATE TABLE pgqueue.job_parents (
+    parent uuid NOT NULL,
+    child  uuid NOT NULL,
+    PRIMARY KEY (parent, child)
+);
+CREATE INDEX job_parents_child_idx ON pgqueue.job_parents (child);
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.job_parents', '');
+REVOKE ALL ON pgqueue.job_parents FROM PUBLIC;
+GRANT SELECT ON pgqueue.job_parents TO pgqueue_admin;
+
+/*
  * Failed jobs page by (queue, id): every slot of pgqueue.queue attached
  * now gets its failed_idx on (queue, id) instead of (queue); the slots the
  * ring makes from now on get it too (src/ring.c, make_slot).  Slots the
@@ -93,7 +122,7 @@ CREATE TABLE pgqueue.rate_windows (
 REVOKE ALL ON pgqueue.rate_windows FROM PUBLIC;
 GRANT SELECT ON pgqueue.rate_windows TO pgqueue_admin;
 
-/* A job's own max_tries, else its queue's. */
+/* A job's own max_tries, else its queue's; the parents a waiting job waits for. */
 CREATE OR REPLACE VIEW pgqueue.jobs AS
 SELECT q.id, q.queue,
        CASE WHEN w.id IS NULL THEN q.state::text
@@ -102,15 +131,16 @@ SELECT q.id, q.queue,
        q.priority, q.run_after, q.created,
        coalesce(w.tries, q.tries) AS tries,
        coalesce(q.max_tries, s.max_tries, 5) AS max_tries,
-       w.lock_key, w.lock_timeout, q.last_error, q.payload
+       w.lock_key, w.lock_timeout, q.last_error, q.payload,
+       coalesce(q.waiting_for, 0) AS waiting_for
   FROM pgqueue.queue q
   LEFT JOIN pgqueue.work_queue w ON w.id = q.id
   LEFT JOIN pgqueue.queues s ON s.queue = q.queue;
 
 /*
- * pgq_push and pgq_push_batch gain max_tries, pgq_configure rate_limit and
- * rate_period.  A function cannot gain an
- * argument in place, and a second function beside the old one would make
+ * pgq_push and pgq_push_batch gain max_tries and after, pgq_configure
+ * rate_limit and rate_period, pgq_stats a column.  A function cannot gain an
+ * argument or a column in place, and a second function beside the old one would make
  * every call that leaves the new argument out ambiguous; so they are
  * dropped and made again.  Privileges granted on them beyond the
  * extension's own (pgqueue_producer, pgqueue_admin) go with them: each is named in a
@@ -127,9 +157,10 @@ BEGIN
     FOR g IN
         SELECT f.sig, a.grantee, a.is_grantable
           FROM (VALUES ('pgq_push(text, jsonb, timestamptz, int, text)',
-                        'pgq_push(text, jsonb, timestamptz, int, text, int)'),
+                        'pgq_push(text, jsonb, timestamptz, int, text, int, uuid[])'),
                        ('pgq_push_batch(text, jsonb[], timestamptz, int)',
-                        'pgq_push_batch(text, jsonb[], timestamptz, int, int)'),
+                        'pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[])'),
+                       ('pgq_stats()', 'pgq_stats()'),
                        ('pgq_configure(text, int, int, int, boolean, interval)',
                         'pgq_configure(text, int, int, int, boolean, interval, int, interval)'))
                AS f(old, sig)
@@ -164,13 +195,15 @@ $$;
 DROP FUNCTION pgq_push(text, jsonb, timestamptz, int, text);
 DROP FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int);
 DROP FUNCTION pgq_configure(text, int, int, int, boolean, interval);
+DROP FUNCTION pgq_stats();
 
 CREATE FUNCTION pgq_push(queue text,
                          payload jsonb DEFAULT '{}',
                          run_after timestamptz DEFAULT NULL,
                          priority int DEFAULT 0,
                          dedup_key text DEFAULT NULL,
-                         max_tries int DEFAULT NULL)
+                         max_tries int DEFAULT NULL,
+                         after uuid[] DEFAULT NULL)
 RETURNS uuid
 AS 'MODULE_PATHNAME', 'pgq_push'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
@@ -179,17 +212,18 @@ CREATE FUNCTION pgq_push_batch(queue text,
                                payloads jsonb[],
                                run_after timestamptz DEFAULT NULL,
                                priority int DEFAULT 0,
-                               max_tries int DEFAULT NULL)
+                               max_tries int DEFAULT NULL,
+                               after uuid[] DEFAULT NULL)
 RETURNS SETOF uuid
 AS 'MODULE_PATHNAME', 'pgq_push_batch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
-REVOKE ALL ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int) TO pgqueue_producer;
-GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int) TO pgqueue_producer;
+REVOKE ALL ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int, uuid[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int, uuid[]) TO pgqueue_producer;
+GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[]) TO pgqueue_producer;
 
 CREATE FUNCTION pgq_configure(queue text,
                               weight int DEFAULT NULL,
@@ -207,3 +241,15 @@ SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
 REVOKE ALL ON FUNCTION pgq_configure(text, int, int, int, boolean, interval, int, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgq_configure(text, int, int, int, boolean, interval, int, interval) TO pgqueue_admin;
+
+/* pgq_stats gains waiting (last, so that 1.1's columns keep their places). */
+CREATE FUNCTION pgq_stats()
+RETURNS TABLE (queue text, pending bigint, retry bigint, scheduled bigint,
+               in_flight bigint, failed bigint, oldest_ready timestamptz,
+               waiting bigint)
+AS 'MODULE_PATHNAME', 'pgq_stats'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION pgq_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgq_stats() TO pgqueue_admin;

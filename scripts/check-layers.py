@@ -34,7 +34,7 @@ LAYERS = [
     (2, "shared memory and wake-ups",
      ["shmem.c", "publish.c", "bounds.c", "shmem.h", "shmem_internal.h"]),
     (3, "storage", ["tables.c", "ring.c", "retire.c", "uuid7.c", "storage.h"]),
-    (4, "job operations", ["jobs.c", "claim.c", "schedule.c", "rate.c", "archive.c", "jobs.h"]),
+    (4, "job operations", ["jobs.c", "claim.c", "schedule.c", "rate.c", "flow.c", "archive.c", "jobs.h"]),
     (5, "SQL entry points", ["api.c", "admin.c", "api.h"]),
     (6, "processes and hooks", ["worker.c", "launcher.c", "hook.c", "pgqueue.h"]),
     (7, "the module", ["pgqueue.c"]),

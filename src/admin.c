@@ -32,6 +32,7 @@
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/jsonb.h"
@@ -53,7 +54,7 @@ PG_FUNCTION_INFO_V1(pgq_push_periodic);
 #define PGQ_MAX_PERIODIC_NAME_BYTES (PGQ_MAX_KEY_BYTES - 32)
 
 /* The states pgq_purge takes, and its statement for each. */
-static const char *const purge_states[] = {"pending", "retry", "failed"};
+static const char *const purge_states[] = {"pending", "retry", "failed", "waiting"};
 
 static SPIPlanPtr plan_retry = NULL;
 static SPIPlanPtr plan_retry_failed = NULL;
@@ -61,7 +62,7 @@ static SPIPlanPtr plan_cancel_work = NULL;
 static SPIPlanPtr plan_cancel_job = NULL;
 static SPIPlanPtr plan_cancel_find = NULL;
 static SPIPlanPtr plan_retention = NULL;
-static SPIPlanPtr plan_purge[3] = {NULL, NULL, NULL};
+static SPIPlanPtr plan_purge[4] = {NULL, NULL, NULL, NULL};
 static SPIPlanPtr plan_periodic_mark = NULL;
 static SPIPlanPtr plan_periodic_job = NULL;
 static SPIPlanPtr plan_periodic_find = NULL;
@@ -340,6 +341,12 @@ pgq_cancel(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 
+	/* its waiting descendants go with it (flow.c) */
+	if (done)
+		pgq_flow_cancel(PointerGetDatum(construct_array(&arg, 1, UUIDOID, UUID_LEN, false,
+														TYPALIGN_CHAR)),
+						"cancelled");
+
 	/* a place under the queue's max_in_flight is free at commit */
 	if (freed)
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
@@ -353,9 +360,10 @@ pgq_cancel(PG_FUNCTION_ARGS)
 
 /*
  * Delete the jobs of queue $1 in one state, archiving them as 'purged'
- * (finished $2, expires $3) when $3 is not NULL.  The state is written
- * into each statement, so that the planner can use the partial index of
- * that state.
+ * (finished $2, expires $3) when $3 is not NULL; their ids too when $4
+ * (their waiting descendants are cancelled: flow.c).  The state is
+ * written into each statement, so that the planner can use the partial
+ * index of that state.
  */
 #define PURGE_SQL(STATE) \
 	"WITH d AS (" \
@@ -367,27 +375,31 @@ pgq_cancel(PG_FUNCTION_ARGS)
 	"  SELECT d.id, d.queue, d.payload, d.priority, d.tries, d.created," \
 	"         $2, 'purged', d.last_error, $3" \
 	"    FROM d WHERE $3 IS NOT NULL)" \
-	" SELECT count(*) FROM d"
+	" SELECT count(*), array_agg(d.id) FILTER (WHERE $4) FROM d"
 
-static const char *const purge_sql[3] = {
-	PURGE_SQL("pending"), PURGE_SQL("retry"), PURGE_SQL("failed")
+static const char *const purge_sql[4] = {
+	PURGE_SQL("pending"), PURGE_SQL("retry"), PURGE_SQL("failed"), PURGE_SQL("waiting")
 };
 
 /*
  * pgq_purge(queue text, state text DEFAULT 'failed') returns bigint
  *
- * Removes every job of the queue in state pending, retry or failed
- * (another state is 22023); returns how many.  Archived as 'purged' when
- * the queue keeps an archive.  Jobs in work_queue are not touched: cancel
- * them one by one.
+ * Removes every job of the queue in state pending, retry, failed or (1.2)
+ * waiting (another state is 22023); returns how many.  Archived as
+ * 'purged' when the queue keeps an archive; their waiting descendants are
+ * cancelled (flow.c).  Jobs in work_queue are not touched: cancel them
+ * one by one.
  */
 Datum
 pgq_purge(PG_FUNCTION_ARGS)
 {
 	Oid			rtype = TEXTOID;
-	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		args[3];
-	char		nulls[3] = {' ', ' ', 'n'};
+	Oid			types[4] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID};
+	Datum		args[4];
+	char		nulls[4] = {' ', ' ', 'n', ' '};
+	Datum		purged = (Datum) 0;
+	bool		flows;
+	MemoryContext caller = CurrentMemoryContext;
 	char	   *state;
 	int			s;
 	bool		isnull;
@@ -400,12 +412,14 @@ pgq_purge(PG_FUNCTION_ARGS)
 	for (s = 0; s < lengthof(purge_states); s++)
 		if (strcmp(state, purge_states[s]) == 0)
 			break;
-	if (s == lengthof(purge_states))
+	if (s == lengthof(purge_states) || (s == 3 && pgq_layout() < PGQ_V12))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("cannot purge jobs in state \"%s\"", state),
-				 errdetail("pgq_purge removes jobs in state pending, retry or failed."),
+				 errdetail("pgq_purge removes jobs in state pending, retry, failed or waiting (1.2)."),
 				 errhint("Use pgq_cancel for a job that is scheduled or running.")));
+	flows = pgq_flows_exist();
+	args[3] = BoolGetDatum(flows);
 
 	SPI_connect();
 	if (SPI_execute_plan(pgq_keep_plan(&plan_retention,
@@ -426,13 +440,24 @@ pgq_purge(PG_FUNCTION_ARGS)
 		nulls[2] = ' ';
 		pgq_archive_cover(DatumGetTimestampTz(args[2]));
 	}
-	if (pgq_execute_moving(pgq_keep_plan(&plan_purge[s], purge_sql[s], 3, types),
+	if (pgq_execute_moving(pgq_keep_plan(&plan_purge[s], purge_sql[s], 4, types),
 						   args, nulls) != SPI_OK_SELECT)
 		elog(ERROR, "purge failed");
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (flows && n > 0)
+	{
+		/* into the caller's memory, past SPI_finish */
+		MemoryContext spicxt = MemoryContextSwitchTo(caller);
+
+		purged = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+		purged = PointerGetDatum(DatumGetArrayTypePCopy(purged));
+		MemoryContextSwitchTo(spicxt);
+	}
 	SPI_finish();
 	if (n > 0)
 		pgq_bound_hold(PGQ_BOUND_SCHED);	/* ready jobs left (bounds.c, rule 4) */
+	if (purged != (Datum) 0)
+		pgq_flow_cancel(purged, "purged");
 	PG_RETURN_INT64(n);
 }
 

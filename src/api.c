@@ -73,7 +73,7 @@ static SPIPlanPtr plan_push_dedup[PGQ_NUM_LAYOUTS];	/* by layout */
 static SPIPlanPtr plan_find_dedup[2];	/* by slotted (1.1) or not (1.0) */
 static SPIPlanPtr plan_release[PGQ_NUM_LAYOUTS];
 static SPIPlanPtr plan_configure[PGQ_NUM_LAYOUTS];
-static SPIPlanPtr plan_stats = NULL;
+static SPIPlanPtr plan_stats[2] = {NULL, NULL};
 
 static text *pgq_key_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 static void pgq_check_payload(Jsonb *payload);
@@ -236,6 +236,40 @@ pgq_max_tries_arg(FunctionCallInfo fcinfo, int argno)
 	return max_tries;
 }
 
+/*
+ * A job's parents (1.2: argument argno of pgq_push and pgq_push_batch):
+ * NULL when absent, NULL or empty; else a one-dimensional array of at
+ * most PGQ_MAX_PARENTS ids without null.
+ */
+static ArrayType *
+pgq_after_arg(FunctionCallInfo fcinfo, int argno)
+{
+	ArrayType  *after;
+	int			n;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	after = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(after) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("after must be a one-dimensional array")));
+	n = ArrayGetNItems(ARR_NDIM(after), ARR_DIMS(after));
+	if (n == 0)
+		return NULL;
+	if (n > PGQ_MAX_PARENTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("after names %d jobs; a job can wait for at most %d",
+						n, PGQ_MAX_PARENTS),
+				 errhint("Make a job that waits for some of them, and wait for it.")));
+	if (array_contains_nulls(after))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("after must not contain null")));
+	return after;
+}
+
 /* The dedup push's INSERT, by layout: 1.0 into the table, 1.1 and 1.2 slot 0 */
 #define PUSH_DEDUP_SQL(TABLE, COLS, VALUES) \
 	"INSERT INTO pgqueue." TABLE " (id, queue, payload, run_after, priority, dedup_key" COLS ")" \
@@ -247,16 +281,18 @@ pgq_max_tries_arg(FunctionCallInfo fcinfo, int argno)
 static const char *const push_dedup_sql[PGQ_NUM_LAYOUTS] = {
 	PUSH_DEDUP_SQL("queue", "", ""),
 	PUSH_DEDUP_SQL("queue_0", "", ""),
-	PUSH_DEDUP_SQL("queue_0", ", max_tries", ", $7")
+	PUSH_DEDUP_SQL("queue_0", ", max_tries, state, waiting_for",
+				   ", $7, CASE WHEN $8 IS NULL THEN 'pending' ELSE 'waiting' END::pgqueue.job_state, $8")
 };
 
 /*
- * pgq_push(queue, payload, run_after, priority, dedup_key, max_tries)
- * returns uuid (1.1: no max_tries)
+ * pgq_push(queue, payload, run_after, priority, dedup_key, max_tries, after)
+ * returns uuid (1.1: no max_tries, no after)
  *
- * Inserts a pending job.  With a dedup_key, a live job with the same
+ * Inserts a pending job, or a waiting one when some job of after is
+ * unfinished (flow.c).  With a dedup_key, a live job with the same
  * (queue, dedup_key) wins and its id is returned instead (its own
- * max_tries unchanged).
+ * max_tries and parents unchanged).
  */
 Datum
 pgq_push(PG_FUNCTION_ARGS)
@@ -268,8 +304,11 @@ pgq_push(PG_FUNCTION_ARGS)
 	pg_uuid_t  *result = NULL;
 	int32		slot = 0;		/* where it went: jobs with a dedup_key, slot 0 */
 	int32		max_tries = pgq_max_tries_arg(fcinfo, 5);
-	Datum		args[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	ArrayType  *after = pgq_after_arg(fcinfo, 6);
+	ArrayType  *parents = NULL;
+	int			nparents = 0;
+	Datum		args[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			attempt;
 
 	pgq_require(fcinfo, 1, "payload");
@@ -293,17 +332,23 @@ pgq_push(PG_FUNCTION_ARGS)
 	args[6] = Int32GetDatum(max_tries);
 	nulls[6] = max_tries > 0 ? ' ' : 'n';
 
+	/* the parents still unfinished, locked until the job's edges commit */
+	if (after != NULL)
+		parents = pgq_flow_lock_parents(after, &nparents);
+	args[7] = Int32GetDatum(nparents);
+	nulls[7] = nparents > 0 ? ' ' : 'n';
+
 	if (dedup_key == NULL)
 	{
 		slot = pgq_push_job(id, queue, payload, !PG_ARGISNULL(2),
 					 PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
-					 PG_GETARG_INT32(3), max_tries);
+					 PG_GETARG_INT32(3), max_tries, nparents);
 		result = id;
 	}
 	else
 	{
-		Oid			types[7] = {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, TEXTOID,
-		INT4OID};
+		Oid			types[8] = {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, TEXTOID,
+		INT4OID, INT4OID};
 		Oid			ftypes[2] = {TEXTOID, TEXTOID};
 		SPIPlanPtr	plan;
 		SPIPlanPtr	find;
@@ -325,10 +370,10 @@ pgq_push(PG_FUNCTION_ARGS)
 		 * there (ring.c moves rows into it, never out): its unique index
 		 * covers every one of them.
 		 */
-		if (max_tries > 0 && layout < PGQ_V12)
+		if ((max_tries > 0 || nparents > 0) && layout < PGQ_V12)
 			elog(ERROR, "pgqueue.queue has no max_tries column");
 		plan = pgq_keep_plan(&plan_push_dedup[layout], push_dedup_sql[layout],
-							 layout == PGQ_V12 ? 7 : 6, types);
+							 layout == PGQ_V12 ? 8 : 6, types);
 		find = pgq_keep_plan(&plan_find_dedup[slotted],
 							 slotted ?
 							 "SELECT id FROM pgqueue.queue_0"
@@ -376,17 +421,24 @@ pgq_push(PG_FUNCTION_ARGS)
 	}
 
 	pgq_count(PGQ_PUSHED, 1);
+	if (nparents > 0)
+	{
+		/* waiting: its last parent's ack makes it ready (flow.c) */
+		pgq_flow_link(parents, result, 1);
+		PG_RETURN_UUID_P(result);
+	}
 	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
 	pgq_push_lower_at_commit(fcinfo, slot);
 	PG_RETURN_UUID_P(result);
 }
 
 /*
- * pgq_push_batch(queue, payloads jsonb[], run_after, priority, max_tries)
- * returns setof uuid (1.1: no max_tries)
+ * pgq_push_batch(queue, payloads jsonb[], run_after, priority, max_tries,
+ * after) returns setof uuid (1.1: no max_tries, no after)
  *
- * Inserts one pending job per payload (jobs.c, in one write) and returns
- * their ids in the order of the payloads.
+ * Inserts one job per payload (jobs.c, in one write), each waiting for the
+ * unfinished jobs of after (flow.c), and returns their ids in the order of
+ * the payloads.
  */
 Datum
 pgq_push_batch(PG_FUNCTION_ARGS)
@@ -402,6 +454,9 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	int			i;
 	int32		slot;
 	int32		max_tries = pgq_max_tries_arg(fcinfo, 4);
+	ArrayType  *after = pgq_after_arg(fcinfo, 5);
+	ArrayType  *parents = NULL;
+	int			nparents = 0;
 
 	pgq_require(fcinfo, 1, "payloads");
 	payloads = PG_GETARG_ARRAYTYPE_P(1);
@@ -441,9 +496,13 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 		pgq_uuid7(&idvals[i]);
 		iddatums[i] = UUIDPGetDatum(&idvals[i]);
 	}
+	if (after != NULL)
+		parents = pgq_flow_lock_parents(after, &nparents);
 	slot = pgq_push_jobs(idvals, elems, n, queue, !PG_ARGISNULL(2),
 						 PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
-						 PG_GETARG_INT32(3), max_tries);
+						 PG_GETARG_INT32(3), max_tries, nparents);
+	if (nparents > 0)
+		pgq_flow_link(parents, idvals, n);
 
 	for (i = 0; i < n; i++)
 	{
@@ -454,9 +513,10 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	}
 
 	pgq_count(PGQ_PUSHED, n);
+	if (nparents > 0)
+		return (Datum) 0;		/* waiting (flow.c) */
 	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
-	if (n > 0)
-		pgq_push_lower_at_commit(fcinfo, slot);
+	pgq_push_lower_at_commit(fcinfo, slot);
 	return (Datum) 0;
 }
 
@@ -862,13 +922,49 @@ pgq_configure(PG_FUNCTION_ARGS)
  * oldest_ready is the earliest due time of a job that is ready and not in
  * flight.
  */
+#define STATS_SQL(WAITING_COUNT, WAITING_COL) \
+	"WITH t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts)," \
+	" j AS (" \
+	"  SELECT q.queue," \
+	"         count(*) FILTER (WHERE q.state = 'pending') AS pending," \
+	"         count(*) FILTER (WHERE q.state = 'retry') AS retry," \
+	"         count(*) FILTER (WHERE q.state = 'failed') AS failed," \
+	WAITING_COUNT \
+	"         min(q.run_after) FILTER (WHERE q.state IN ('pending', 'retry')" \
+	"                                    AND q.run_after <= t.ts) AS oldest" \
+	"    FROM pgqueue.queue q, t GROUP BY q.queue)," \
+	" w AS (" \
+	"  SELECT w.queue," \
+	"         count(*) FILTER (WHERE w.lock_timeout IS NULL OR w.lock_timeout < t.ts) AS scheduled," \
+	"         count(*) FILTER (WHERE w.lock_timeout >= t.ts) AS in_flight," \
+	"         min(q.run_after) FILTER (WHERE w.lock_timeout IS NULL OR w.lock_timeout < t.ts) AS oldest" \
+	"    FROM pgqueue.work_queue w JOIN pgqueue.queue q ON q.id = w.id, t" \
+	"   GROUP BY w.queue)," \
+	" n AS (SELECT j.queue FROM j UNION SELECT w.queue FROM w" \
+	"       UNION SELECT s.queue FROM pgqueue.queues s)" \
+	" SELECT n.queue, coalesce(j.pending, 0), coalesce(j.retry, 0)," \
+	"        coalesce(w.scheduled, 0), coalesce(w.in_flight, 0)," \
+	"        coalesce(j.failed, 0), LEAST(j.oldest, w.oldest)" WAITING_COL \
+	"   FROM n LEFT JOIN j ON j.queue = n.queue LEFT JOIN w ON w.queue = n.queue" \
+	"  ORDER BY n.queue"
+/* 1.2: waiting jobs (flow.c), the last column */
+#define STATS_WAITING_COUNT "         count(*) FILTER (WHERE q.state = 'waiting') AS waiting,"
+#define STATS_WAITING_COL ", coalesce(j.waiting, 0)"
+
 Datum
 pgq_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	uint64		i;
+	int			ncols;
+	int			waiting;
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	/* 1.1's function has 7 columns, 1.2's 8 (waiting) */
+	ncols = rsinfo->setDesc->natts;
+	if (ncols != 7 && ncols != 8)
+		elog(ERROR, "pgq_stats() returns %d columns", ncols);
+	waiting = ncols == 8;
 
 	/*
 	 * Not read-only: the statement takes a snapshot of its own after its
@@ -877,41 +973,20 @@ pgq_stats(PG_FUNCTION_ARGS)
 	 * (ring.c).
 	 */
 	SPI_connect();
-	if (SPI_execute_plan(pgq_keep_plan(&plan_stats,
-									   "WITH t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts),"
-									   " j AS ("
-									   "  SELECT q.queue,"
-									   "         count(*) FILTER (WHERE q.state = 'pending') AS pending,"
-									   "         count(*) FILTER (WHERE q.state = 'retry') AS retry,"
-									   "         count(*) FILTER (WHERE q.state = 'failed') AS failed,"
-									   "         min(q.run_after) FILTER (WHERE q.state IN ('pending', 'retry')"
-									   "                                    AND q.run_after <= t.ts) AS oldest"
-									   "    FROM pgqueue.queue q, t GROUP BY q.queue),"
-									   " w AS ("
-									   "  SELECT w.queue,"
-									   "         count(*) FILTER (WHERE w.lock_timeout IS NULL OR w.lock_timeout < t.ts) AS scheduled,"
-									   "         count(*) FILTER (WHERE w.lock_timeout >= t.ts) AS in_flight,"
-									   "         min(q.run_after) FILTER (WHERE w.lock_timeout IS NULL OR w.lock_timeout < t.ts) AS oldest"
-									   "    FROM pgqueue.work_queue w JOIN pgqueue.queue q ON q.id = w.id, t"
-									   "   GROUP BY w.queue),"
-									   " n AS (SELECT j.queue FROM j UNION SELECT w.queue FROM w"
-									   "       UNION SELECT s.queue FROM pgqueue.queues s)"
-									   " SELECT n.queue, coalesce(j.pending, 0), coalesce(j.retry, 0),"
-									   "        coalesce(w.scheduled, 0), coalesce(w.in_flight, 0),"
-									   "        coalesce(j.failed, 0), LEAST(j.oldest, w.oldest)"
-									   "   FROM n LEFT JOIN j ON j.queue = n.queue LEFT JOIN w ON w.queue = n.queue"
-									   "  ORDER BY n.queue",
+	if (SPI_execute_plan(pgq_keep_plan(&plan_stats[waiting],
+									   waiting ? STATS_SQL(STATS_WAITING_COUNT, STATS_WAITING_COL) :
+									   STATS_SQL("", ""),
 									   0, NULL),
 						 NULL, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "stats failed");
 
 	for (i = 0; i < SPI_processed; i++)
 	{
-		Datum		values[7];
-		bool		isnull[7];
+		Datum		values[8];
+		bool		isnull[8];
 		int			col;
 
-		for (col = 0; col < 7; col++)
+		for (col = 0; col < ncols; col++)
 			values[col] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 										col + 1, &isnull[col]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);

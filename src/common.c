@@ -23,6 +23,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "common.h"
@@ -226,7 +227,31 @@ pgq_run_plan(void *arg)
 {
 	PgqStatement *st = (PgqStatement *) arg;
 
-	st->rc = SPI_execute_plan(st->plan, st->args, st->nulls, false, 0);
+	if (!st->latest)
+		st->rc = SPI_execute_plan(st->plan, st->args, st->nulls, false, 0);
+	else
+		st->rc = SPI_execute_snapshot(st->plan, st->args, st->nulls, GetLatestSnapshot(),
+									  st->crosscheck && IsolationUsesXactSnapshot() ?
+									  GetTransactionSnapshot() : InvalidSnapshot,
+									  false, false, 0);
+}
+
+static int
+pgq_execute_moving_run(PgqStatement *st)
+{
+	int			attempt;
+
+	for (attempt = 1; attempt < PGQ_MOVING_ATTEMPTS && !IsolationUsesXactSnapshot(); attempt++)
+	{
+		ErrorData  *edata = pgq_subxact(pgq_run_plan, st, ERRCODE_T_R_SERIALIZATION_FAILURE);
+
+		if (edata == NULL)
+			return st->rc;
+		FreeErrorData(edata);
+	}
+	/* the last try, or the only one: its error is the caller's */
+	pgq_run_plan(st);
+	return st->rc;
 }
 
 /*
@@ -245,19 +270,24 @@ pgq_run_plan(void *arg)
 int
 pgq_execute_moving(SPIPlanPtr plan, Datum *args, const char *nulls)
 {
-	PgqStatement st = {plan, args, nulls, 0};
-	int			attempt;
+	PgqStatement st = {plan, args, nulls, 0, false, false};
 
-	for (attempt = 1; attempt < PGQ_MOVING_ATTEMPTS && !IsolationUsesXactSnapshot(); attempt++)
-	{
-		ErrorData  *edata = pgq_subxact(pgq_run_plan, &st, ERRCODE_T_R_SERIALIZATION_FAILURE);
+	return pgq_execute_moving_run(&st);
+}
 
-		if (edata == NULL)
-			return st.rc;
-		FreeErrorData(edata);
-	}
-	/* the last try, or the only one: its error is the caller's */
-	return SPI_execute_plan(plan, args, nulls, false, 0);
+/*
+ * pgq_execute_moving with the latest snapshot, which sees what committed
+ * while the caller waited for a row lock even under REPEATABLE READ; with
+ * crosscheck, a row that the transaction's snapshot does not see is a
+ * serialization failure where the statement writes it (as PostgreSQL's
+ * foreign keys check).  For the statements of flow.c.
+ */
+int
+pgq_execute_moving_latest(SPIPlanPtr plan, Datum *args, const char *nulls, bool crosscheck)
+{
+	PgqStatement st = {plan, args, nulls, 0, true, crosscheck};
+
+	return pgq_execute_moving_run(&st);
 }
 
 /* ----------------------------------------------------------------

@@ -44,6 +44,9 @@ typedef struct PgqStatement
 	Datum	   *args;
 	const char *nulls;
 	int			rc;				/* SPI result code */
+	bool		latest;			/* run with the latest snapshot ... */
+	bool		crosscheck;		/* ... checked, under REPEATABLE READ, against
+								 * the transaction's */
 } PgqStatement;
 
 extern int	pgq_spi_ddl(const char *sql);
@@ -56,6 +59,8 @@ extern ErrorData *pgq_subxact(void (*fn) (void *), void *arg, int catch_code);
 extern void pgq_upkeep_try(void (*fn) (void *), void *arg, const char *what,
 						   const char *hint);
 extern int	pgq_execute_moving(SPIPlanPtr plan, Datum *args, const char *nulls);
+extern int	pgq_execute_moving_latest(SPIPlanPtr plan, Datum *args, const char *nulls,
+									  bool crosscheck);
 extern int64 pgq_interval_usecs(Datum interval);
 extern TimestampTz pgq_deadline(TimestampTz from, Datum interval);
 extern void pgq_require(FunctionCallInfo fcinfo, int argno, const char *argname);

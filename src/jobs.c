@@ -109,12 +109,13 @@ pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s)
  * its indexes and the snapshot are opened once for the batch.  run_after
  * NULL (has_run_after false): due at the transaction's start, as "DEFAULT
  * now()".  max_tries > 0: the jobs' own limit of tries (1.2; 0: their
- * queue's).
+ * queue's).  waiting_for > 0: the jobs wait for that many parents
+ * (flow.c; 1.2), in the state 'waiting'.
  */
 int32
 pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 			  bool has_run_after, TimestampTz run_after, int32 priority,
-			  int32 max_tries)
+			  int32 max_tries, int32 waiting_for)
 {
 	PgqWrite	w;
 	PgqTable   *t;
@@ -145,12 +146,14 @@ pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 	SETCOL(PGQ_COL_CREATED, TimestampTzGetDatum(now));
 	SETCOL(PGQ_COL_VERSION, Int32GetDatum(0));
 	SETCOL(PGQ_COL_QUEUE, PointerGetDatum(queue));
-	SETCOL(PGQ_COL_STATE, pgq_state_datum(t, "pending"));
+	SETCOL(PGQ_COL_STATE, pgq_state_datum(t, waiting_for > 0 ? "waiting" : "pending"));
 	SETCOL(PGQ_COL_TRIES, Int32GetDatum(0));
 	SETCOL(PGQ_COL_PRIORITY, Int32GetDatum(priority));
 	SETCOL(PGQ_COL_RUN_AFTER, TimestampTzGetDatum(has_run_after ? run_after : now));
 	if (max_tries > 0)
 		SETCOL(PGQ_COL_MAX_TRIES, Int32GetDatum(max_tries));
+	if (waiting_for > 0)
+		SETCOL(PGQ_COL_WAITING_FOR, Int32GetDatum(waiting_for));
 	for (i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -166,15 +169,16 @@ pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 	return slot;
 }
 
-/* Insert one pending job (no dedup_key) with id *id: pgq_push_jobs. */
+/* Insert one job (no dedup_key) with id *id: pgq_push_jobs. */
 int32
 pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload, bool has_run_after,
-			 TimestampTz run_after, int32 priority, int32 max_tries)
+			 TimestampTz run_after, int32 priority, int32 max_tries,
+			 int32 waiting_for)
 {
 	Datum		d = JsonbPGetDatum(payload);
 
 	return pgq_push_jobs(id, &d, 1, queue, has_run_after, run_after, priority,
-						 max_tries);
+						 max_tries, waiting_for);
 }
 
 /* ----------------------------------------------------------------
@@ -272,9 +276,13 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 	PgqTable   *job;
 	int			done = 0;
 	bool		wake_scheduler = false;
+	Datum	   *acked = NULL;	/* 1.2: the parents whose children count down */
+	int			nacked = 0;
 	int			i;
 
 	pgq_write_begin(&w, "pgq_ack", PGQ_OPEN_WORK);
+	if (w.layout >= PGQ_V12)
+		acked = palloc(sizeof(Datum) * n);
 	for (i = 0; i < n; i++)
 	{
 		PgqQueueSettings s;
@@ -299,9 +307,15 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 		/* the queue keeps an archive (1.1; archive.c) */
 		if (s.retention > 0)
 			pgq_archive_removed(&w, PGQ_OUTCOME_ACKED, s.retention);
+		if (acked != NULL)
+			acked[nacked++] = ids[i];
 		CHECK_FOR_INTERRUPTS();
 	}
 	pgq_write_end(&w);
+
+	/* children whose last parent this was become pending (flow.c) */
+	if (nacked > 0)
+		pgq_flow_release(acked, nacked);
 
 	pgq_count(PGQ_ACKED, done);
 	if (done > 0)

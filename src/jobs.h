@@ -74,14 +74,23 @@ typedef struct PgqQueueSettings
 extern void pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s);
 extern int32 pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload,
 						  bool has_run_after, TimestampTz run_after, int32 priority,
-						  int32 max_tries);
+						  int32 max_tries, int32 waiting_for);
 extern int32 pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 						  bool has_run_after, TimestampTz run_after, int32 priority,
-						  int32 max_tries);
+						  int32 max_tries, int32 waiting_for);
 extern bool pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline);
 extern int	pgq_ack_jobs(Datum *ids, int n, text *key);
 extern const char *pgq_nack_job(Datum id, text *key, text *error,
 								bool has_retry_in, Datum retry_in);
+
+/* flow.c: jobs that wait for other jobs (1.2) */
+#define PGQ_MAX_PARENTS 1000
+
+extern bool pgq_flows_exist(void);
+extern ArrayType *pgq_flow_lock_parents(ArrayType *after, int *n);
+extern void pgq_flow_link(ArrayType *parents, pg_uuid_t *children, int n);
+extern int	pgq_flow_release(Datum *ids, int n);
+extern uint64 pgq_flow_cancel(Datum ids, const char *how);
 
 /* claim.c */
 extern void pgq_claim_jobs(ReturnSetInfo *rsinfo, text *key, int max_items,

@@ -263,7 +263,7 @@ my $config = q{
 SELECT string_agg(c::regclass::text, ',' ORDER BY c::regclass::text)
   FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'pgqueue'};
 is($node->safe_psql('postgres', $config),
-	'pgqueue.archive,pgqueue.periodic,pgqueue.queue,pgqueue.queue_0,pgqueue.queues,pgqueue.slots,pgqueue.work_queue,pgqueue.work_queue_0',
+	'pgqueue.archive,pgqueue.job_parents,pgqueue.periodic,pgqueue.queue,pgqueue.queue_0,pgqueue.queues,pgqueue.slots,pgqueue.work_queue,pgqueue.work_queue_0',
 	'the update marks the tables with user data for pg_dump');
 is($node->safe_psql('fresh', $config), $node->safe_psql('postgres', $config),
 	'as a fresh install does');

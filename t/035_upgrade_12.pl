@@ -781,14 +781,14 @@ GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int) TO bat
 	is($ret, 0, 'with privileges granted on pgq_push and pgq_push_batch, the update succeeds');
 	is($dq->($version), '1.2', 'at 1.2');
 	like($err,
-		qr/WARNING:  pgqueue 1\.2: the EXECUTE privilege of pusher on pgq_push\(text, jsonb, timestamptz, int, text, int\) is not kept by the update/,
+		qr/WARNING:  pgqueue 1\.2: the EXECUTE privilege of pusher on pgq_push\(text, jsonb, timestamptz, int, text, int, uuid\[\]\) is not kept by the update/,
 		'a WARNING names pusher\'s privilege') or diag($err);
 	my ($hint) = $err =~ /HINT:  (After the update: GRANT EXECUTE ON FUNCTION pgq_push\(text[^\n]*;)/;
-	is($hint, 'After the update: GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int) TO pusher;',
+	is($hint, 'After the update: GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int, uuid[]) TO pusher;',
 		'its HINT holds the GRANT to run again');
 	my ($hint_b) = $err =~ /HINT:  (After the update: GRANT EXECUTE ON FUNCTION pgq_push_batch[^\n]*;)/;
 	is($hint_b,
-		'After the update: GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int) TO batcher WITH GRANT OPTION;',
+		'After the update: GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[]) TO batcher WITH GRANT OPTION;',
 		'and batcher\'s, WITH GRANT OPTION');
 	like($as->('pusher', q{SELECT pgq_push('granted', '{}')}), qr/permission denied/,
 		'until it is run, pusher cannot push');

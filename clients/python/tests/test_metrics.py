@@ -81,6 +81,12 @@ def test_exporter_serves_queue_gauges_and_counters(app, admin, queue, exporter):
     pgqueue.push_batch(app, paused, [{}, {}, {}])
     pgqueue.push_batch(app, busy, [{"n": 1}, {"n": 2}])
     pgqueue.push(app, waiting)
+    # a flow (1.2): a parent in a paused queue, two children waiting for it
+    flow = f"{queue}_flow"
+    admin.execute("SELECT pgq_configure(%s, paused => true)", [flow])
+    parent = pgqueue.push(app, flow)
+    admin.execute("SELECT pgq_push_batch(%s, ARRAY['{}', '{}']::jsonb[], after => ARRAY[%s]::uuid[])",
+                  [flow, parent])
     stats = lambda q: admin.execute("SELECT * FROM pgq_stats() WHERE queue = %s", [q]).fetchone()
     wait_until(lambda: stats(busy)[3] == 2 and stats(waiting)[3] == 1, 20,
                "the scheduler to schedule the jobs")
@@ -107,6 +113,7 @@ def test_exporter_serves_queue_gauges_and_counters(app, admin, queue, exporter):
             assert expected - 5 < age <= expected + 0.5, (age, expected)
     assert stats(paused)[1] == 3 and stats(busy)[4:6] == (1, 1)
     assert series[("pgqueue_queue_oldest_ready_age_seconds", waiting)] > 1
+    assert stats(flow)[7] == 2 and series[("pgqueue_flow_waiting", flow)] == 2
     counters = ("pushed", "scheduled", "claimed", "acked", "nacked", "failed",
                 "leases_stolen", "scheduler_passes")
     for i, name in enumerate(counters):
