@@ -74,6 +74,11 @@ database) and checks, from it alone:
 17. coverage: every kind of fault was injected, jobs were acked, failed,
     stolen and stale acks refused.
 
+12c. flows (1.2): no child of a flow (the flow producer's: a parent,
+    children after it, a fan-in after them) claimed before an ack of each
+    of its parents was sent; at the end a child of a never-acked parent
+    still waiting (7 and 14 accept it), one of acked parents not.
+
 The ring mode (ring.py; the start event says mode "ring") adds:
 R1. the ring turned: in both rings, turns (a slot made current: new
     values of pgqueue.slots.since), slots made, truncated (a slot's
@@ -122,6 +127,8 @@ EXAMPLES = 8
 
 # --- the ring mode's checks (ring.py) --------------------------------------------
 R_RATE = 'rate limits: never more releases in a window of rate_period than rate_limit'
+R_FLOW = ('flows: no child released before all its parents were acked; a child of an unacked '
+          'parent left waiting, of acked ones not')
 R1 = 'the ring turned: turns, slots made, truncated, dropped, rows moved, in both rings'
 R3 = 'snapshots on the primary: no job vanished, appeared or changed; a paused queue\'s jobs as its pushes'
 R4 = ('waiting claims, calls in multi-statement and REPEATABLE READ transactions: refused only to '
@@ -467,6 +474,10 @@ def main():
             elif e['status'] == 'ok':
                 if cur['status'] != 'ok':
                     cur.update(status='ok', t0=e['t0'], t1=e['t1'])
+    parents_of = {}       # child id -> [parent ids] (flows, 1.2)
+    for e in by['push']:
+        if e['status'] != 'error':
+            parents_of.update(e.get('parents', {}))
     claims = collections.defaultdict(list)
     for e in by['claim']:
         claims[e['id']].append(e)
@@ -671,6 +682,23 @@ def main():
     check('acks, nacks, extends refused only to holders that lost the job',
           p + ([] if ring else p_ring), '%d refused' % len(refused))
 
+    # children that may rightly be left waiting: some parent (or its
+    # ancestor) was never acked
+    def was_acked(jid):
+        return bool(acks_ok.get(jid) or acks_maybe.get(jid)) or \
+            any(x['outcome'] == 'acked' for x in archive.get(jid, []))
+    held = set()
+
+    def is_held(jid, depth=0):
+        if jid in held:
+            return True
+        if depth > 50:
+            return False
+        if any(not was_acked(p) or is_held(p, depth + 1) for p in parents_of.get(jid, [])):
+            held.add(jid)
+            return True
+        return False
+
     # --- 7/8. every pushed job acked once or failed ---------------------------
     p7, p8 = [], []
     n_acked = n_failed = n_unc_yes = n_unc_no = 0
@@ -694,6 +722,8 @@ def main():
             else:
                 n_acked += 1
         elif fj is not None and not arc:
+            if fj['state'] == 'waiting' and is_held(jid):
+                continue        # check R_FLOW's
             if fj['state'] != 'failed':
                 out.append('%s: left in state %s' % (jid, fj['state']))
             elif fj['tries'] != max_tries(fj['q']) or not fj['last_error']:
@@ -891,6 +921,45 @@ def main():
             q, len(times), worst, per / 1e6, limit, full))
     check(R_RATE, p, '; '.join(info))
 
+    # --- 12c. flows (1.2) ------------------------------------------------------
+    # A child is released only after the ack of each of its parents
+    # committed: each of its claims returned after an accepted ack of every
+    # parent was sent (an ack sent after the claim returned cannot have
+    # made it claimable).  At the end, a child some of whose parents were
+    # never acked is still waiting; one whose parents were all acked is not
+    # (check 7 has it acked or failed).
+    p = []
+    n_children = n_released = n_fanin = n_held = 0
+    for child, ps in sorted(parents_of.items()):
+        if child not in pushed or (pushed[child]['status'] != 'ok' and child not in claims
+                                   and child not in final_job and not archive.get(child)):
+            continue
+        n_children += 1
+        for c in claims.get(child, []):
+            for par in ps:
+                ack_t0 = [a['t0'] for a in acks_ok.get(par, []) + acks_maybe.get(par, [])]
+                if not ack_t0 or min(ack_t0) >= c['t1']:
+                    p.append('%s: claimed by %s at %.3f, before an ack of its parent %s%s' % (
+                        child, c['holder'], c['t1'], par,
+                        ' (sent at %.3f)' % min(ack_t0) if ack_t0 else ' (never acked)'))
+        if claims.get(child):
+            n_released += 1
+            if len(ps) > 1:
+                n_fanin += 1
+        fj = final_job.get(child)
+        if not partial and end is not None:
+            if is_held(child):
+                n_held += 1
+                if fj is None or fj['state'] != 'waiting':
+                    p.append('%s: a parent was never acked, but it is %s' % (
+                        child, 'gone' if fj is None else fj['state']))
+            elif fj is not None and fj['state'] == 'waiting':
+                p.append('%s: left waiting though its parents %s were acked' % (child, ps))
+    if n_released == 0 and not partial:
+        p.append('no child of a flow was claimed: the flows never ran')
+    check(R_FLOW, p, '%d children pushed, %d claimed (%d fan-ins), %d held by unacked parents' % (
+        n_children, n_released, n_fanin, n_held))
+
     # --- 13. not stuck --------------------------------------------------------
     p = []
     idle = sorted(by['idle'], key=lambda e: e['t0'])
@@ -990,7 +1059,8 @@ def main():
     p = []
     if final_work:
         p.append('%d rows left in work_queue: %s' % (len(final_work), list(final_work)[:EXAMPLES]))
-    left = [j for j in final_job.values() if j['state'] != 'failed']
+    left = [j for j in final_job.values() if j['state'] != 'failed'
+            and not (j['state'] == 'waiting' and is_held(j['id']))]
     if left:
         p.append('%d jobs not failed left in pgqueue.queue: %s' % (
             len(left), ['%s %s' % (j['id'], j['state']) for j in left[:EXAMPLES]]))

@@ -25,6 +25,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import checker  # noqa: E402  (the names of its checks)
+
 
 def load(path):
     out = []
@@ -84,6 +86,31 @@ def main():
         limit = next(e for e in ev('start'))['queues']['soak_rate']['rate_limit']
         for k in range(limit + 1):
             h.append(dict(c, id='00000000-0000-7000-8000-%012d' % k, released=c['released'] + k * 1e-4))
+
+    parents_of = {}
+    for e in ev('push'):
+        parents_of.update(e.get('parents', {}))
+
+    @mutation('a child of a flow claimed before its parent was acked', checker.R_FLOW)
+    def _(h):
+        acks_t0 = {}
+        for a in acks:
+            acks_t0.setdefault(a['id'], []).append(a['t0'])
+        for e in h:
+            if e['ev'] == 'claim' and e['id'] in parents_of:
+                t = min(min(acks_t0.get(p, [e['t1']])) for p in parents_of[e['id']])
+                e['t0'], e['t1'] = t - 0.02, t - 0.01
+                return
+        raise LookupError('no child of a flow claimed')
+
+    @mutation('a child of a flow left waiting after its parents were acked', checker.R_FLOW)
+    def _(h):
+        for i, e in enumerate(h):
+            if e['ev'] == 'final_archive' and e['id'] in parents_of:
+                h[i] = dict(ev='final_job', id=e['id'], q=e['q'], state='waiting', tries=0,
+                            last_error=None, dedup=None, t=e.get('t', 0))
+                return
+        raise LookupError('no child of a flow acked')
 
     @mutation('a second accepted ack, by another holder', 'at most one accepted ack per job')
     def _(h):

@@ -24,7 +24,8 @@ when the client sent the call and when it had the answer):
   start     the settings of the run
   config    pgq_configure(q, ...) and when: t0..t1 (its commit lies between)
   push      ids (in order), q, by, prio, delay, dedup, status: ok (COMMIT
-            returned) | uncertain (the connection was lost during COMMIT)
+            returned) | uncertain (the connection was lost during COMMIT);
+            parents {child id: [parent ids]} of a flow producer's push
   claim     id, q, holder, tries, version, lock_timeout (server), lease,
             released (server: the created time of its work_queue row, when
             the scheduler released it)
@@ -78,6 +79,9 @@ QUEUES = {
     # 1.2: at most 3 releases in any window of a second (batches of pushes
     # fill a window at once)
     'soak_rate': dict(weight=1, max_in_flight=0, max_tries=5, rate_limit=3, rate_period='1 second'),
+    # 1.2: flows (the flow producer: a parent, children after it, a fan-in
+    # after them); tries enough that no parent fails
+    'soak_flow': dict(weight=1, max_in_flight=0, max_tries=20),
 }
 CAPPED = ['soak_cap3', 'soak_cap5']
 RATED = ['soak_rate']
@@ -208,7 +212,10 @@ class Soak:
                     conn = self.connect('soak-producer-%d' % n, self.stop_producers)
                 except psycopg.Error:
                     continue
-            q = rng.choices(list(QUEUES), weights=[4, 2, 2, 2, 1])[0]
+            q = rng.choices(list(QUEUES), weights=[4, 2, 2, 2, 1, 1])[0]
+            if kind == 'flow':
+                q = 'soak_flow'
+            parents = {}
             prio = rng.choice([0, 0, 0, 1, 5, -3])
             delay = round(rng.uniform(0.1, 3.0), 2) if rng.random() < 0.15 else None
             dedup = None
@@ -216,7 +223,27 @@ class Soak:
             t0 = time.time()
             try:
                 with conn.cursor() as cur:
-                    if kind == 'batch':
+                    if kind == 'flow':
+                        # one transaction: a parent, 1-3 children after it,
+                        # and half the time a fan-in job after the children
+                        cur.execute('SELECT pgq_push(%s, %s::jsonb, NULL, %s)',
+                                    (q, json.dumps({'p': n, 'n': seq, 'flow': 'parent'}), prio))
+                        parent = str(cur.fetchone()[0])
+                        cur.execute('SELECT pgq_push_batch(%s, %s::jsonb[], NULL, %s, NULL, %s::uuid[])',
+                                    (q, [json.dumps({'p': n, 'n': seq, 'flow': 'child', 'i': i})
+                                         for i in range(rng.randint(1, 3))], prio, [parent]))
+                        kids = [str(r[0]) for r in cur.fetchall()]
+                        ids = [parent] + kids
+                        for k in kids:
+                            parents[k] = [parent]
+                        if rng.random() < 0.5:
+                            cur.execute('SELECT pgq_push(%s, %s::jsonb, NULL, %s, NULL, NULL, %s::uuid[])',
+                                        (q, json.dumps({'p': n, 'n': seq, 'flow': 'fan-in'}), prio,
+                                         kids))
+                            fanin = str(cur.fetchone()[0])
+                            ids.append(fanin)
+                            parents[fanin] = kids
+                    elif kind == 'batch':
                         k = rng.randint(2, 6)
                         payloads = [json.dumps({'p': n, 'n': seq, 'i': i}) for i in range(k)]
                         cur.execute(
@@ -253,7 +280,8 @@ class Soak:
             except psycopg.Error:
                 status = 'error'
             self.h.write('push', ids=ids, q=q, by=n, kind=kind, prio=prio, delay=delay,
-                         dedup=dedup, status=status, t0=t0, t1=time.time())
+                         dedup=dedup, status=status, t0=t0, t1=time.time(),
+                         **({'parents': parents} if parents else {}))
             if status != 'ok':
                 self.close(conn)
                 conn = None
@@ -750,6 +778,10 @@ class Soak:
             threads.append(('p', threading.Thread(target=self.guard, daemon=True,
                                                   args=('producer%d' % n, self.producer, n,
                                                         kinds[n % 3]))))
+        # and one producer of flows (1.2)
+        threads.append(('p', threading.Thread(target=self.guard, daemon=True,
+                                              args=('producer%d' % a.producers, self.producer,
+                                                    a.producers, 'flow'))))
         for n in range(a.consumers):
             threads.append(('c', threading.Thread(target=self.guard, daemon=True,
                                                   args=('consumer%d' % n, self.consumer, n))))
