@@ -263,7 +263,6 @@ def main():
     # --- the ring mode's checks (ring.py) ---------------------------------------
     ring = any(e['ev'] == 'start' and e.get('mode') == 'ring' for e in base)
     if ring:
-        import checker
 
         @mutation('the ring never turned', checker.R1)
         def _(h):
