@@ -26,10 +26,10 @@ from .producer import as_interval
 
 Executor = psycopg.Connection
 
-#: The states pgqueue.jobs shows (pgqueue 1.1).
-JOB_STATES = ("pending", "retry", "scheduled", "running", "failed")
-#: The states pgq_purge accepts.
-PURGE_STATES = ("pending", "retry", "failed")
+#: The states pgqueue.jobs shows (pgqueue 1.1; ``waiting``, for parents, 1.2).
+JOB_STATES = ("pending", "retry", "scheduled", "running", "failed", "waiting")
+#: The states pgq_purge accepts (``waiting``: pgqueue 1.2).
+PURGE_STATES = ("pending", "retry", "failed", "waiting")
 
 
 def _rows(conn: Executor, query: str, params: Any = None) -> List[Dict[str, Any]]:
@@ -70,7 +70,9 @@ def _one(conn: Executor, what: str, query: str, params: Any) -> Any:
 
 
 def stats(conn: Executor) -> List[Dict[str, Any]]:
-    """One dict per queue: pending, retry, scheduled, in_flight, failed, oldest_ready."""
+    """One dict per queue: pending, retry, scheduled, in_flight, failed,
+    oldest_ready, and with pgqueue 1.2 waiting (its jobs waiting for
+    parents: flows); an older pgqueue's dicts have no ``waiting``."""
     return _rows(conn, "SELECT * FROM pgq_stats() ORDER BY queue")
 
 
@@ -81,16 +83,26 @@ def counters(conn: Executor) -> Dict[str, Any]:
 
 def jobs(conn: Executor, queue: Optional[str] = None, state: Optional[str] = None,
          limit: int = 100) -> List[Dict[str, Any]]:
-    """Unfinished jobs from the ``pgqueue.jobs`` view, oldest first (pgqueue 1.1)."""
+    """Unfinished jobs from the ``pgqueue.jobs`` view, oldest first (pgqueue 1.1).
+
+    With pgqueue 1.2 each dict has ``waiting_for`` too: the job's parents
+    not yet acked (0 unless its state is ``waiting``).
+    """
+    # waiting_for through to_jsonb: the view of 1.1 has no such column
     query = ("SELECT id, queue, state, priority, run_after, created, tries, max_tries,"
-             " lock_key, lock_timeout, last_error, payload FROM pgqueue.jobs"
+             " lock_key, lock_timeout, last_error, payload,"
+             " pg_catalog.to_jsonb(j) -> 'waiting_for' AS waiting_for FROM pgqueue.jobs j"
              " WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)"
              " AND (%(state)s::text IS NULL OR state::text = %(state)s)"
              " ORDER BY created, id LIMIT %(limit)s")
     try:
-        return _rows(conn, query, {"queue": queue, "state": state, "limit": limit})
+        rows = _rows(conn, query, {"queue": queue, "state": state, "limit": limit})
     except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as err:
         raise _needs_1_1(conn, "listing jobs (pgqueue.jobs)", err) from err
+    for row in rows:
+        if row["waiting_for"] is None:  # pgqueue 1.1
+            del row["waiting_for"]
+    return rows
 
 
 def retry(conn: Executor, job_id: UUID) -> bool:
@@ -104,12 +116,20 @@ def retry_failed(conn: Executor, queue: str) -> int:
 
 
 def cancel(conn: Executor, job_id: UUID) -> bool:
-    """Remove a job in any state; False when there is no such job (pgqueue 1.1)."""
+    """Remove a job in any state; False when there is no such job (pgqueue 1.1).
+
+    The jobs waiting for it (pgqueue 1.2), and theirs, are cancelled with it.
+    """
     return bool(_one(conn, "pgq_cancel", "SELECT pgq_cancel(%s)", [job_id]))
 
 
 def purge(conn: Executor, queue: str, state: str = "failed") -> int:
-    """Remove every job of ``queue`` in ``state``; returns how many (pgqueue 1.1)."""
+    """Remove every job of ``queue`` in ``state``; returns how many (pgqueue 1.1).
+
+    ``state`` is one of :data:`PURGE_STATES` (``waiting``: pgqueue 1.2).
+    The jobs waiting for a purged job (pgqueue 1.2), and theirs, are
+    cancelled with it.
+    """
     return int(_one(conn, "pgq_purge", "SELECT pgq_purge(%s, %s)", [queue, state]))
 
 

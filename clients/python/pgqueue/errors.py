@@ -21,8 +21,9 @@ class LeaseLost(PgQueueError):
 
 class NeedsNewerExtension(PgQueueError):
     """The database's pgqueue lacks an object this call needs (pgqueue 1.1's
-    admin functions; pgqueue 1.2's ``max_tries`` of ``push``, ``rate_limit``
-    and ``rate_period`` of ``configure``); the message
+    admin functions; pgqueue 1.2's ``max_tries`` and ``after`` of ``push``
+    and ``push_batch``, ``rate_limit`` and ``rate_period`` of
+    ``configure``); the message
     names the version found and says to run ``ALTER EXTENSION pgqueue UPDATE``."""
 
 

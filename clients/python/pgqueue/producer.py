@@ -7,10 +7,11 @@ Statements are never prepared on the server (``prepare=False``), so the
 functions are safe on any connection, PgBouncer in transaction pooling
 included.
 
-``max_tries`` (a job's own limit of tries) needs pgqueue 1.2: it is passed
-to the server only when given (``max_tries => ...``), so without it the
+``max_tries`` (a job's own limit of tries) and ``after`` (the jobs it
+waits for: flows) need pgqueue 1.2: each is passed to the server only when
+given (``max_tries => ...``, ``after => ...``), so without them the
 functions work with pgqueue 1.0 and 1.1 as before; given to an older
-installation it raises :class:`NeedsNewerExtension`.
+installation they raise :class:`NeedsNewerExtension`.
 """
 
 from __future__ import annotations
@@ -38,9 +39,14 @@ _PUSH_BATCH = (
     "SELECT pgq_push_batch(%s, %s::jsonb[], "
     "coalesce(%s::timestamptz, now() + %s::interval), %s{})"
 )
-# pgq_push's and pgq_push_batch's max_tries (pgqueue 1.2), by name: only
-# when given, so that a call without it works on pgqueue 1.0 and 1.1.
+# pgq_push's and pgq_push_batch's max_tries and after (pgqueue 1.2), by
+# name: only when given, so that a call without them works on pgqueue 1.0
+# and 1.1.
 _MAX_TRIES = ", max_tries => %s::int"
+_AFTER = ", after => %s::uuid[]"
+
+#: A job's parents (``after``): job ids, as UUIDs or their text.
+Parents = Iterable[Union[UUID, str]]
 
 
 def as_interval(value: Optional[Delay]) -> Optional[timedelta]:
@@ -51,7 +57,8 @@ def as_interval(value: Optional[Delay]) -> Optional[timedelta]:
 
 
 def _needs_1_2(conn: Executor, what: str, err: Exception) -> NeedsNewerExtension:
-    """The error to raise when ``max_tries`` met a pgq_push without it (42883).
+    """The error to raise when ``max_tries`` or ``after`` met a pgq_push
+    without it (42883).
 
     The caller's transaction is left as it is (never rolled back here): on a
     connection outside a transaction the version found is read and named;
@@ -72,6 +79,28 @@ def _needs_1_2(conn: Executor, what: str, err: Exception) -> NeedsNewerExtension
         f"(run ALTER EXTENSION pgqueue UPDATE once 1.2 is installed) [{err}]")
 
 
+def _parents(after: Optional[Parents]) -> Optional[List[UUID]]:
+    """``after`` as a list of UUIDs (None stays None); a text that is not a
+    UUID raises ValueError before anything is sent."""
+    if after is None:
+        return None
+    if isinstance(after, (str, bytes, UUID)):
+        raise TypeError("after takes a list of job ids, not one id")
+    return [a if isinstance(a, UUID) else UUID(a) for a in after]
+
+
+def _named(max_tries: Optional[int], parents: Optional[List[UUID]]) -> str:
+    """The named arguments of pgqueue 1.2 given to a call."""
+    return ((_MAX_TRIES if max_tries is not None else "")
+            + (_AFTER if parents is not None else ""))
+
+
+def _what(max_tries: Optional[int], parents: Optional[List[UUID]]) -> str:
+    """The 1.2 arguments given, as the error names them."""
+    return " and ".join(name for name, value in (("max_tries", max_tries), ("after", parents))
+                        if value is not None)
+
+
 def push(
     conn: Executor,
     queue: str,
@@ -82,6 +111,7 @@ def push(
     priority: int = 0,
     dedup_key: Optional[str] = None,
     max_tries: Optional[int] = None,
+    after: Optional[Parents] = None,
 ) -> UUID:
     """Push one job and return its id.
 
@@ -94,21 +124,33 @@ def push(
     queue's): below 1 the server raises
     ``psycopg.errors.InvalidParameterValue`` (22023); on an older pgqueue
     :class:`NeedsNewerExtension`.
+
+    ``after`` (pgqueue 1.2: flows) lists the job's parents, ids that
+    :func:`push` or :func:`push_batch` returned: while one of them is an
+    unfinished job the new one is ``waiting``, and it becomes ``pending``
+    when the last of them is acked.  An id that is no unfinished job
+    (acked, cancelled, never pushed) counts as done; an empty list is no
+    parent at all.  Over 1,000 ids the server raises
+    ``InvalidParameterValue``; on an older pgqueue
+    :class:`NeedsNewerExtension`.
     """
     params = [queue, Jsonb({} if payload is None else payload), run_after,
               as_interval(delay), priority, dedup_key]
+    parents = _parents(after)
     if max_tries is not None:
         params.append(max_tries)
+    if parents is not None:
+        params.append(parents)
     try:
         row = conn.execute(
-            _PUSH.format(_MAX_TRIES if max_tries is not None else ""),
+            _PUSH.format(_named(max_tries, parents)),
             params,
             prepare=False,
         ).fetchone()
     except psycopg.errors.UndefinedFunction as err:
-        if max_tries is None:
+        if max_tries is None and parents is None:
             raise
-        raise _needs_1_2(conn, "push with max_tries", err) from err
+        raise _needs_1_2(conn, "push with " + _what(max_tries, parents), err) from err
     assert row is not None
     return row[0]
 
@@ -122,27 +164,34 @@ def push_batch(
     delay: Optional[Delay] = None,
     priority: int = 0,
     max_tries: Optional[int] = None,
+    after: Optional[Parents] = None,
 ) -> List[UUID]:
     """Push one job per payload and return their ids, in payload order.
 
     Sent as ``pgq_push_batch`` calls of up to 10,000 payloads each; on a
     connection in a transaction they all commit (or not) together.
-    ``max_tries`` (pgqueue 1.2) applies to every job of the batch, as in
-    :func:`push`.
+    ``max_tries`` and ``after`` (pgqueue 1.2) apply to every job of the
+    batch, as in :func:`push`: with ``after`` each job waits for all of
+    those parents (a fan-out; a fan-in is one :func:`push` whose ``after``
+    is the batch's ids).
     """
     items = [Jsonb({} if p is None else p) for p in payloads]
     ids: List[UUID] = []
-    query = _PUSH_BATCH.format(_MAX_TRIES if max_tries is not None else "")
+    parents = _parents(after)
+    query = _PUSH_BATCH.format(_named(max_tries, parents))
     for start in range(0, len(items), BATCH_LIMIT):
         params = [queue, items[start:start + BATCH_LIMIT], run_after,
                   as_interval(delay), priority]
         if max_tries is not None:
             params.append(max_tries)
+        if parents is not None:
+            params.append(parents)
         try:
             rows = conn.execute(query, params, prepare=False).fetchall()
         except psycopg.errors.UndefinedFunction as err:
-            if max_tries is None:
+            if max_tries is None and parents is None:
                 raise
-            raise _needs_1_2(conn, "push_batch with max_tries", err) from err
+            raise _needs_1_2(conn, "push_batch with " + _what(max_tries, parents),
+                             err) from err
         ids.extend(r[0] for r in rows)
     return ids

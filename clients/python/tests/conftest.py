@@ -13,6 +13,7 @@ import asyncio
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -140,6 +141,35 @@ def database_at(admin: psycopg.Connection, version: str) -> Iterator[str]:
         yield dsn
     finally:
         admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def push_takes(admin: psycopg.Connection, arg: str) -> bool:
+    """Whether this server's pgq_push and pgq_push_batch take ``arg`` by name
+    (``max_tries``, ``after``: pgqueue 1.2)."""
+    return admin.execute(
+        "SELECT count(*) = 2 FROM pg_catalog.pg_proc"
+        " WHERE proname IN ('pgq_push', 'pgq_push_batch') AND %s = ANY (proargnames)", [arg]
+    ).fetchone()[0]
+
+
+def assert_needs_1_2(err: pytest.ExceptionInfo, what: str, have: str) -> None:
+    """``err`` is the NeedsNewerExtension of ``what`` on pgqueue ``have``
+    (the message names both and says what to run)."""
+    msg = str(err.value)
+    assert f"{what} needs pgqueue 1.2" in msg, msg
+    assert f"this database has pgqueue {have}" in msg, msg
+    assert "ALTER EXTENSION pgqueue UPDATE" in msg, msg
+    assert isinstance(err.value.__cause__, psycopg.errors.UndefinedFunction)
+
+
+def assert_cli_needs_1_2(dsn: str, *args: str) -> None:
+    """``python3 -m pgqueue --dsn DSN ARGS`` on a pgqueue 1.1 database exits 2
+    saying that it needs 1.2 and what to run."""
+    out = subprocess.run([sys.executable, "-m", "pgqueue", "--dsn", dsn, *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out
+    assert "needs pgqueue 1.2" in out.stderr and "pgqueue 1.1" in out.stderr, out.stderr
+    assert "ALTER EXTENSION pgqueue UPDATE" in out.stderr, out.stderr
 
 
 def restart_server() -> None:

@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 import pgqueue
-from conftest import DSN, database_at, job_rows, wait_until
+from conftest import (DSN, assert_cli_needs_1_2, assert_needs_1_2, database_at, job_rows,
+                      push_takes, wait_until)
 
 
 def payloads(admin: psycopg.Connection, queue: str) -> list:
@@ -57,17 +58,9 @@ def test_push_batch_over_the_server_limit_is_split(app, admin, queue):
 
 # --- max_tries, a job's own limit of tries (pgqueue 1.2) -----------------------
 
-def has_push_max_tries(admin: psycopg.Connection) -> bool:
-    """Whether this server's pgq_push and pgq_push_batch take max_tries (1.2)."""
-    return admin.execute(
-        "SELECT count(*) = 2 FROM pg_catalog.pg_proc"
-        " WHERE proname IN ('pgq_push', 'pgq_push_batch') AND 'max_tries' = ANY (proargnames)"
-    ).fetchone()[0]
-
-
 @pytest.fixture
 def push_max_tries(admin):
-    if not has_push_max_tries(admin):
+    if not push_takes(admin, "max_tries"):
         pytest.skip("needs pgqueue 1.2's pgq_push(..., max_tries), which this server's "
                     "extension does not have yet")
 
@@ -145,13 +138,7 @@ def test_max_tries_below_1_is_the_servers_error(app, admin, queue, push_max_trie
 
 @pytest.mark.direct_only  # PgBouncer serves pgq_test only
 def test_max_tries_on_pgqueue_1_1_says_what_to_run(admin):
-    def needs(err: pytest.ExceptionInfo, what: str, have: str) -> None:
-        msg = str(err.value)
-        assert f"{what} needs pgqueue 1.2" in msg, msg
-        assert f"this database has pgqueue {have}" in msg, msg
-        assert "ALTER EXTENSION pgqueue UPDATE" in msg, msg
-        assert isinstance(err.value.__cause__, psycopg.errors.UndefinedFunction)
-
+    needs = assert_needs_1_2
     with database_at(admin, "1.1") as dsn:
         with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as old:
             # without max_tries nothing changed: 1.1's pgq_push is called as before
@@ -176,11 +163,7 @@ def test_max_tries_on_pgqueue_1_1_says_what_to_run(admin):
                         pgqueue.push(cur, "q", {"n": 7}, max_tries=1)
             needs(err, "push with max_tries", "of an unknown version (the transaction is aborted)")
             assert old.execute("SELECT count(*) FROM pgqueue.queue").fetchone() == (3,)
-        out = subprocess.run([sys.executable, "-m", "pgqueue", "--dsn", dsn, "push", "q",
-                              "--max-tries", "3"], capture_output=True, text=True, timeout=60)
-        assert out.returncode == 2, out
-        assert "needs pgqueue 1.2" in out.stderr and "pgqueue 1.1" in out.stderr, out.stderr
-        assert "ALTER EXTENSION pgqueue UPDATE" in out.stderr, out.stderr
+        assert_cli_needs_1_2(dsn, "push", "q", "--max-tries", "3")
         out = subprocess.run([sys.executable, "-m", "pgqueue", "--dsn", dsn, "push", "q"],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
