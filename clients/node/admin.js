@@ -11,7 +11,7 @@
 
 const seconds = (s) => (s == null ? null : `${Number(s)} seconds`);
 
-/** The database's pgqueue lacks an object this call needs (pgqueue 1.1's admin functions, 1.2's push maxTries and configure rateLimit, ratePeriod). */
+/** The database's pgqueue lacks an object this call needs (pgqueue 1.1's admin functions, 1.2's push maxTries and after, configure rateLimit, ratePeriod). */
 export class NeedsNewerExtension extends Error {
   constructor(message, options) {
     super(message, options);
@@ -24,7 +24,7 @@ const MISSING = new Set(['42883', '42P01', '42703']);
 
 // The error for a call that met an object missing before pgqueue `version`
 // (err is the server's): 1.1 for the functions here, 1.2 for push's
-// maxTries (index.js).  The version is read on the same client; inside a
+// maxTries and after (index.js).  The version is read on the same client; inside a
 // transaction that the error aborted it cannot be, and is then said to be
 // unknown.
 export async function needsNewer(client, what, version, err) {
@@ -59,7 +59,7 @@ function camelRow(row, bigints) {
 
 const STATS_TEXT = new Set(['queue', 'oldest_ready']);
 
-/** One object per queue: pending, retry, scheduled, inFlight, failed (numbers), oldestReady. */
+/** One object per queue: pending, retry, scheduled, inFlight, failed (numbers), oldestReady; waiting (pgqueue 1.2). */
 export async function stats(client) {
   const rows = await query(client, null, 'SELECT * FROM pgq_stats() ORDER BY queue');
   return rows.map((r) => camelRow(r, new Set(Object.keys(r).filter((k) => !STATS_TEXT.has(k)))));
@@ -71,19 +71,28 @@ export async function counters(client) {
   return camelRow(r, new Set(Object.keys(r).filter((k) => k !== 'stats_reset')));
 }
 
-/** The states of pgqueue.jobs (pgqueue 1.1). */
-export const JOB_STATES = ['pending', 'retry', 'scheduled', 'running', 'failed'];
-/** The states purge takes. */
-export const PURGE_STATES = ['pending', 'retry', 'failed'];
+/** The states of pgqueue.jobs (pgqueue 1.1; waiting, for parents: 1.2). */
+export const JOB_STATES = ['pending', 'retry', 'scheduled', 'running', 'failed', 'waiting'];
+/** The states purge takes (waiting: pgqueue 1.2). */
+export const PURGE_STATES = ['pending', 'retry', 'failed', 'waiting'];
 
-/** Unfinished jobs from the pgqueue.jobs view, oldest first (pgqueue 1.1). */
+/**
+ * Unfinished jobs from the pgqueue.jobs view, oldest first (pgqueue 1.1);
+ * with pgqueue 1.2 each has waitingFor, its parents not yet acked (read
+ * through to_jsonb: 1.1's view has no such column).
+ */
 export async function jobs(client, { queue = null, state = null, limit = 100 } = {}) {
   const rows = await query(client, 'listing jobs (pgqueue.jobs)',
     'SELECT id, queue, state::text AS state, priority, run_after, created, tries, max_tries,'
-    + ' lock_key, lock_timeout, last_error, payload FROM pgqueue.jobs'
+    + " lock_key, lock_timeout, last_error, payload, pg_catalog.to_jsonb(j) -> 'waiting_for' AS waiting_for"
+    + ' FROM pgqueue.jobs j'
     + ' WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state::text = $2)'
     + ' ORDER BY created, id LIMIT $3', [queue, state, limit]);
-  return rows.map((r) => camelRow(r, new Set()));
+  return rows.map((r) => {
+    const out = camelRow(r, new Set());
+    if (out.waitingFor == null) delete out.waitingFor; // pgqueue 1.1
+    return out;
+  });
 }
 
 const interval = (v) => (typeof v === 'number' ? seconds(v) : v);
@@ -145,12 +154,12 @@ export async function retryFailed(client, queue) {
   return Number(await one(client, 'pgq_retry_failed', 'SELECT pgq_retry_failed($1) AS n', [queue]));
 }
 
-/** Removes a job in any state; false when there is no such job (pgqueue 1.1). */
+/** Removes a job in any state, and the jobs waiting for it (pgqueue 1.2); false when there is no such job (pgqueue 1.1). */
 export async function cancel(client, id) {
   return Boolean(await one(client, 'pgq_cancel', 'SELECT pgq_cancel($1) AS ok', [id]));
 }
 
-/** Removes every job of the queue in state (pending, retry or failed); resolves to how many (pgqueue 1.1). */
+/** Removes every job of the queue in state (pending, retry, failed, or waiting: 1.2), and the jobs waiting for them; resolves to how many (pgqueue 1.1). */
 export async function purge(client, queue, state = 'failed') {
   return Number(await one(client, 'pgq_purge', 'SELECT pgq_purge($1, $2) AS n', [queue, state]));
 }

@@ -32,6 +32,14 @@ export interface PushOptions {
    * Below 1 the server rejects it (code 22023).
    */
   maxTries?: number | null;
+  /**
+   * The job's parents (flows), ids that push or pushBatch resolved to: while one of them is an
+   * unfinished job the new one is waiting, and it becomes pending when the last of them is acked.
+   * An id that is no unfinished job counts as done; at most 1,000 (the server rejects more, code
+   * 22023). Needs pgqueue 1.2: sent only when given; on an older installation the push rejects
+   * with NeedsNewerExtension. For pushBatch, every job of the batch waits for all of them.
+   */
+  after?: Iterable<string> | null;
 }
 
 /**
@@ -178,7 +186,7 @@ export function formatError(err: unknown): string;
 
 // -- operating queues (admin.js; the role needs pgqueue_admin) -------------
 
-/** A call needs an object of pgqueue 1.1 (admin functions) or 1.2 (push's maxTries) that the database's installation lacks; the message says what to run. */
+/** A call needs an object of pgqueue 1.1 (admin functions) or 1.2 (push's maxTries and after, configure's rateLimit and ratePeriod) that the database's installation lacks; the message says what to run. */
 export class NeedsNewerExtension extends Error {}
 
 /** One queue's row of pgq_stats(). */
@@ -192,6 +200,8 @@ export interface QueueStats {
   inFlight: number;
   failed: number;
   oldestReady: Date | null;
+  /** Jobs waiting for parents (flows); pgqueue 1.2, absent before. */
+  waiting?: number;
   [column: string]: unknown;
 }
 
@@ -209,8 +219,8 @@ export interface Counters {
   [column: string]: unknown;
 }
 
-export type JobState = 'pending' | 'retry' | 'scheduled' | 'running' | 'failed';
-export type PurgeState = 'pending' | 'retry' | 'failed';
+export type JobState = 'pending' | 'retry' | 'scheduled' | 'running' | 'failed' | 'waiting';
+export type PurgeState = 'pending' | 'retry' | 'failed' | 'waiting';
 export const JOB_STATES: readonly JobState[];
 export const PURGE_STATES: readonly PurgeState[];
 
@@ -228,6 +238,8 @@ export interface JobRow<P = any> {
   lockTimeout: Date | null;
   lastError: string | null;
   payload: P;
+  /** Its parents not yet acked (0 unless waiting); pgqueue 1.2, absent before. */
+  waitingFor?: number;
 }
 
 /** A queue's settings for configure(); a setting left out (undefined or null) stays as it is. */
@@ -259,7 +271,7 @@ export function resume(client: Queryable, queue: string): Promise<void>;
 export function retry(client: Queryable, id: string): Promise<boolean>;
 /** retry() for every failed job of the queue; how many (pgqueue 1.1). */
 export function retryFailed(client: Queryable, queue: string): Promise<number>;
-/** Removes a job in any state; false when there is no such job (pgqueue 1.1). */
+/** Removes a job in any state, and the jobs waiting for it (1.2); false when there is no such job (pgqueue 1.1). */
 export function cancel(client: Queryable, id: string): Promise<boolean>;
-/** Removes every job of the queue in state (default failed); how many (pgqueue 1.1). */
+/** Removes every job of the queue in state (default failed; waiting: 1.2), and the jobs waiting for them; how many (pgqueue 1.1). */
 export function purge(client: Queryable, queue: string, state?: PurgeState): Promise<number>;

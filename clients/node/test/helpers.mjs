@@ -119,6 +119,36 @@ export function watchQueries(fn) {
   return () => { pg.Client.prototype.query = query; };
 }
 
+// Whether this server's pgq_push and pgq_push_batch take arg by name
+// (max_tries, after: pgqueue 1.2).
+export async function pushTakes(admin, arg) {
+  const { rows: [r] } = await admin.query('SELECT count(*) = 2 AS ok FROM pg_catalog.pg_proc'
+    + " WHERE proname IN ('pgq_push', 'pgq_push_batch') AND $1 = ANY (proargnames)", [arg]);
+  return r.ok;
+}
+
+// fn(client) on a database of its own with pgqueue version installed
+// (superuser, straight to the server: PgBouncer serves pgq_test only),
+// dropped afterwards.
+export async function atVersion(admin, version, fn) {
+  const database = `pgq_old_${crypto.randomBytes(4).toString('hex')}`;
+  await admin.query(`CREATE DATABASE ${database}`);
+  let old;
+  try {
+    old = await connect({ ...adminConfig, database });
+    await old.query(`CREATE EXTENSION pgqueue VERSION '${version}'`);
+    return await fn(old);
+  } finally {
+    await old?.end();
+    await admin.query(`DROP DATABASE ${database}`);
+  }
+}
+
+// assert.rejects' check of the NeedsNewerExtension of what on pgqueue have.
+export const needs12 = (NeedsNewerExtension, what, have) => (err) => err instanceof NeedsNewerExtension
+  && err.message.includes(`${what} needs pgqueue 1.2`) && err.message.includes(`this database has pgqueue ${have}`)
+  && err.message.includes('ALTER EXTENSION pgqueue UPDATE') && err.cause?.code === '42883';
+
 // A logger that says nothing but errors.
 export const quiet = { debug() {}, info() {}, warn() {}, error: (m) => process.stderr.write(`${m}\n`) };
 

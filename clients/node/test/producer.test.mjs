@@ -1,10 +1,11 @@
 // push and pushBatch on the caller's own client and transaction, and
 // maxTries, a job's own limit of tries (pgqueue 1.2).
 import assert from 'node:assert/strict';
-import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { NeedsNewerExtension, Worker, push, pushBatch } from 'pgqueue';
-import { PASS, adminConfig, config, connect, jobRows, queueName, quiet, waitUntil } from './helpers.mjs';
+import {
+  PASS, adminConfig, atVersion, config, connect, jobRows, needs12, pushTakes, queueName, quiet, waitUntil,
+} from './helpers.mjs';
 
 let admin;
 let app;
@@ -57,12 +58,7 @@ test('pushBatch returns ids in payload order, and splits over 10,000', async () 
 
 // --- maxTries, a job's own limit of tries (pgqueue 1.2) ---------------------
 
-// Whether this server's pgq_push and pgq_push_batch take max_tries (1.2).
-async function hasPushMaxTries() {
-  const { rows: [r] } = await admin.query("SELECT count(*) = 2 AS ok FROM pg_catalog.pg_proc"
-    + " WHERE proname IN ('pgq_push', 'pgq_push_batch') AND 'max_tries' = ANY (proargnames)");
-  return r.ok;
-}
+const hasPushMaxTries = () => pushTakes(admin, 'max_tries');
 const NO_1_2 = "needs pgqueue 1.2's pgq_push(..., max_tries), which this server's extension does not have yet";
 
 // pgqueue.jobs.max_tries of each job, in the order of ids.
@@ -132,15 +128,8 @@ test('maxTries below 1 is the server\'s error (22023)', async (t) => {
 });
 
 test('maxTries on pgqueue 1.1 says what to run; without it pushes work', { skip: PASS !== 'direct' && 'direct pass only (PgBouncer serves pgq_test only)' }, async () => {
-  const database = `pgq_old_${crypto.randomBytes(4).toString('hex')}`;
-  await admin.query(`CREATE DATABASE ${database}`);
-  let old;
-  try {
-    old = await connect({ ...adminConfig, database });
-    await old.query("CREATE EXTENSION pgqueue VERSION '1.1'");
-    const needs = (what, have) => (err) => err instanceof NeedsNewerExtension
-      && err.message.includes(`${what} needs pgqueue 1.2`) && err.message.includes(`this database has pgqueue ${have}`)
-      && err.message.includes('ALTER EXTENSION pgqueue UPDATE') && err.cause?.code === '42883';
+  await atVersion(admin, '1.1', async (old) => {
+    const needs = (what, have) => needs12(NeedsNewerExtension, what, have);
     // without maxTries nothing changed: 1.1's pgq_push is called as before
     const id = await push(old, 'q', { n: 1 }, { priority: 2, dedupKey: 'k', maxTries: undefined });
     assert.equal((await pushBatch(old, 'q', [{ n: 2 }, { n: 3 }], { maxTries: null })).length, 2);
@@ -156,8 +145,5 @@ test('maxTries on pgqueue 1.1 says what to run; without it pushes work', { skip:
     assert.equal(c.n, 3);
     const { rows: [j] } = await old.query('SELECT max_tries FROM pgqueue.jobs WHERE id = $1', [id]);
     assert.equal(j.max_tries, 5);
-  } finally {
-    await old?.end();
-    await admin.query(`DROP DATABASE ${database}`);
-  }
+  });
 });

@@ -16,6 +16,12 @@ async function main(): Promise<void> {
   await pushBatch(client, 'emails', [{ n: 1 }], { maxTries: 3, priority: 2 });
   // @ts-expect-error maxTries is a number
   await push(client, 'emails', {}, { maxTries: '1' });
+  // flows: the parents' ids, any iterable of them
+  const child: string = await push(client, 'emails', {}, { after: [id, ...ids] });
+  await pushBatch(client, 'emails', [{ n: 2 }], { after: new Set(ids), maxTries: 2 });
+  await push(client, 'emails', {}, { after: null });
+  // @ts-expect-error after lists ids (strings)
+  await push(client, 'emails', {}, { after: [1, 2] });
   const w = new Worker('postgres://app@localhost/app', { concurrency: 8, lease: 60 });
   w.handle<{ to: string }>('emails', async (job: Job<{ to: string }>) => {
     const to: string = job.payload.to;
@@ -53,6 +59,7 @@ async function main(): Promise<void> {
   // admin
   const all: QueueStats[] = await stats(client);
   const inFlight: number = all[0].inFlight;
+  const waiting: number | undefined = all[0].waiting;
   const c: Counters = await counters(client);
   const stolen: number = c.leasesStolen;
   await configure(client, 'emails', { maxTries: 3, paused: false, retention: '7 days', maxInFlight: 0 });
@@ -70,16 +77,19 @@ async function main(): Promise<void> {
   const rows: JobRow<Email>[] = await jobs<Email>(client, { queue: 'emails', state: 'failed', limit: 10 });
   const to: string = rows[0].payload.to;
   const lastError: string | null = rows[0].lastError;
+  const waitingFor: number | undefined = rows[0].waitingFor;
+  await jobs(client, { state: 'waiting' });
   // @ts-expect-error no such state
   await jobs(client, { state: 'done' });
   const retried: boolean = await retry(client, id);
   const many: number = await retryFailed(client, 'emails');
   const gone: boolean = await cancel(client, id);
-  const purged: number = await purge(client, 'emails', 'retry') + await purge(client, 'emails');
-  // @ts-expect-error purge takes pending, retry or failed
+  const purged: number = await purge(client, 'emails', 'retry') + await purge(client, 'emails')
+    + await purge(client, 'emails', 'waiting');
+  // @ts-expect-error purge takes pending, retry, failed or waiting
   await purge(client, 'emails', 'running');
   const old: Error = new NeedsNewerExtension('x');
   void id; void ids; void started; void typed; void inFlight; void stolen; void to; void lastError;
-  void retried; void many; void gone; void purged; void old;
+  void retried; void many; void gone; void purged; void old; void child; void waiting; void waitingFor;
 }
 void main;
