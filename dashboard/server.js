@@ -170,7 +170,8 @@ function createServer(opts) {
 
 	async function overviewData(features) {
 		const [queues, rt] = await Promise.all([
-			pool.query(Q.OVERVIEW, [opts.countCap + 1]).then((r) => r.rows), rates(features)]);
+			pool.query(features.flows ? Q.OVERVIEW_FLOWS : Q.OVERVIEW, [opts.countCap + 1]).then((r) => r.rows),
+			rates(features)]);
 		return { queues, rt };
 	}
 
@@ -216,14 +217,17 @@ function createServer(opts) {
 	const DESCRIBE = {
 		retry: (f) => `Retry job ${f.id}? It goes back to pending, due now.`,
 		retry_failed: (f) => `Retry every failed job of queue ${f.queue}?`,
-		cancel: (f) => `Cancel job ${f.id}? It is removed.`,
-		purge: (f) => `Purge every ${f.state} job of queue ${f.queue}? They are removed for good.`,
+		cancel: (f, flows) => `Cancel job ${f.id}? It is removed${flows ? ', and any job waiting for it is cancelled' : ''}.`,
+		purge: (f, flows) => `Purge every ${f.state} job of queue ${f.queue}? They are removed for good${flows ? ', and the jobs waiting for them cancelled' : ''}.`,
 		pause: (f) => `Pause queue ${f.queue}?`,
 		resume: (f) => `Resume queue ${f.queue}?`,
 		settings: (f) => `Set weight ${f.weight} and cap ${f.max_in_flight} on queue ${f.queue}?`,
 	};
 
-	function actionParams(f) {
+	// the states a queue's jobs can be purged in (and, with flows, waiting)
+	const PURGE_STATES = ['pending', 'retry', 'failed'];
+
+	function actionParams(f, features) {
 		const need = (k) => {
 			if (typeof f[k] !== 'string' || f[k] === '') throw new Q.BadRequest(`${k} is missing`);
 			return f[k];
@@ -236,9 +240,12 @@ function createServer(opts) {
 		switch (f.action) {
 		case 'retry': case 'cancel': return [need('id')];
 		case 'retry_failed': case 'pause': case 'resume': return [need('queue')];
-		case 'purge':
-			if (!['pending', 'retry', 'failed'].includes(f.state)) throw new Q.BadRequest('state must be pending, retry or failed');
+		case 'purge': {
+			const states = features.flows ? [...PURGE_STATES, 'waiting'] : PURGE_STATES;
+			if (!states.includes(f.state))
+				throw new Q.BadRequest(`state must be ${states.slice(0, -1).join(', ')} or ${states[states.length - 1]}`);
 			return [need('queue'), f.state];
+		}
 		case 'settings': return [need('queue'), int('weight'), int('max_in_flight')];
 		default: throw new Q.BadRequest('unknown action');
 		}
@@ -263,11 +270,11 @@ function createServer(opts) {
 		if (!tokens.check(req, form))
 			return send(res, 403, P.errorPage(ctx, 403, 'The form is stale or did not come from this dashboard (CSRF token). Reload the page and try again.'));
 		ctx.csrf = tokens.token(req, res);
-		const params = actionParams(form);
+		const params = actionParams(form, ctx.features);
 		if (['retry', 'retry_failed', 'cancel', 'purge'].includes(form.action) && !ctx.features.operate)
 			throw new Q.BadRequest('this pgqueue has no operator functions (pgq_retry, pgq_cancel, pgq_purge)');
 		if (form.confirmed !== 'yes')
-			return send(res, 200, P.confirmPage(ctx, form, DESCRIBE[form.action](form)));
+			return send(res, 200, P.confirmPage(ctx, form, DESCRIBE[form.action](form, ctx.features.flows)));
 		const back = P.safeBack(form.back);
 		let id;
 		try {
@@ -296,7 +303,8 @@ function createServer(opts) {
 	function firstListWithJobs(q, retention) {
 		if (q) {
 			const counts = [['pending', q.pending], ['retry', q.retry],
-				['scheduled', Number(q.unclaimed) + Number(q.expired)], ['running', q.running], ['failed', q.failed]];
+				['scheduled', Number(q.unclaimed) + Number(q.expired)], ['running', q.running], ['failed', q.failed],
+				['waiting', q.waiting || 0]];
 			const found = counts.find(([, n]) => Number(n) > 0);
 			if (found) return found[0];
 		}
@@ -305,6 +313,7 @@ function createServer(opts) {
 
 	async function queuePage(req, res, ctx, name, query) {
 		const lists = ['pending', 'retry', 'scheduled', 'running', 'failed'];
+		if (ctx.features.flows) lists.push('waiting');
 		if (ctx.features.archive) lists.push('archive');
 		let list = query.get('list');
 		if (list !== null && !lists.includes(list)) throw new Q.BadRequest('unknown list');
@@ -319,7 +328,7 @@ function createServer(opts) {
 		try {
 			// one snapshot for the counts and the page
 			await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-			q = (await client.query(Q.QUEUE_ONE, [opts.countCap + 1, name])).rows[0];
+			q = (await client.query(ctx.features.flows ? Q.QUEUE_ONE_FLOWS : Q.QUEUE_ONE, [opts.countCap + 1, name])).rows[0];
 			if (ctx.features.retention) {
 				const r = await client.query(Q.RETENTION, [name]);
 				retention = r.rows.length ? r.rows[0].retention : null;
@@ -338,11 +347,14 @@ function createServer(opts) {
 			client.release();
 		}
 		const known = q && (q.configured || Number(q.pending) + Number(q.retry) + Number(q.unclaimed) +
-			Number(q.expired) + Number(q.running) + Number(q.failed) > 0);
+			Number(q.expired) + Number(q.running) + Number(q.failed) + Number(q.waiting || 0) > 0);
 		const base = `${url`/queues/${name}`}?list=${list}&limit=${limit}`;
 		// the archive's tab for a queue that keeps one (or when asked for:
-		// rows kept before its retention was set to 0 show until they expire)
-		const tabs = lists.filter((l) => l !== 'archive' || keepsArchive(retention) || list === 'archive');
+		// rows kept before its retention was set to 0 show until they expire);
+		// the waiting jobs' tab for a queue that has some, or may have (the
+		// walk that counts them stopped), or when asked for
+		const tabs = lists.filter((l) => (l !== 'archive' || keepsArchive(retention) || list === 'archive') &&
+			(l !== 'waiting' || Number(q.waiting) > 0 || q.waiting_capped || list === 'waiting'));
 		return send(res, 200, P.queuePage(ctx, known ? q : null, list, page, {
 			cap: opts.countCap, limit, lists: tabs, retention, rate, queue: name,
 			firstHref: base,
@@ -350,15 +362,27 @@ function createServer(opts) {
 		}));
 	}
 
+	// a job page lists at most this many of the jobs waiting for it
+	const CHILDREN_SHOWN = 100;
+
 	async function jobPage(req, res, ctx, id) {
 		if (!/^[0-9a-fA-F-]{32,36}$/.test(id))
 			throw new Q.BadRequest('not a job id');
-		let r = await pool.query(Q.JOB, [id]);
+		const flows = ctx.features.flows;
+		let r = await pool.query(flows ? Q.JOB_FLOWS : Q.JOB, [id]);
+		// its open edges (1.2): what it waits for, what waits for it
+		let edges = null;
+		if (r.rows.length > 0 && flows) {
+			const [parents, children] = await Promise.all([pool.query(Q.PARENTS, [id]),
+				pool.query(Q.CHILDREN_OF, [id, CHILDREN_SHOWN + 1])]);
+			edges = { parents: parents.rows, children: children.rows.slice(0, CHILDREN_SHOWN),
+				moreChildren: children.rows.length > CHILDREN_SHOWN, childrenShown: CHILDREN_SHOWN };
+		}
 		if (r.rows.length === 0 && ctx.features.archive)
 			r = await pool.query(Q.ARCHIVED_JOB, [id]);
 		if (r.rows.length === 0)
 			return send(res, 404, P.errorPage(ctx, 404, `There is no job ${id} (it may have been acked, cancelled or purged).`));
-		return send(res, 200, P.jobPage(ctx, r.rows[0]));
+		return send(res, 200, P.jobPage(ctx, r.rows[0], edges));
 	}
 
 	async function handle(req, res) {

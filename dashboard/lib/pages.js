@@ -8,7 +8,7 @@ const { html, url, count, age } = require('./html');
 
 const LIST_TITLES = {
 	pending: 'pending', retry: 'retry', scheduled: 'scheduled', running: 'running',
-	failed: 'failed', archive: 'archive',
+	failed: 'failed', waiting: 'waiting', archive: 'archive',
 };
 
 function layout(ctx, title, body) {
@@ -54,7 +54,8 @@ ${extra || ''}<input type="hidden" name="confirmed" value="">
 /*
  * A queue's counts as shown: the queries count one past the cap; a count
  * past it shows as "10,000+", and so does every count of a walk that
- * stopped (pending and retry share one, running and expired another).
+ * stopped (pending and retry share one, running and expired another, and
+ * the waiting jobs of all queues a third: 1.2, flows).
  */
 function shownCounts(q, cap) {
 	const c = (n, walkStopped) => {
@@ -67,6 +68,7 @@ function shownCounts(q, cap) {
 		scheduled: c(Number(q.unclaimed) + Number(q.expired), Number(q.unclaimed) > cap || q.leases_capped),
 		running: c(q.running, q.leases_capped),
 		failed: c(q.failed, false),
+		waiting: q.waiting === undefined ? undefined : c(q.waiting, q.waiting_capped),
 	};
 }
 
@@ -84,6 +86,7 @@ function overviewLive(ctx, queues, rates, cap) {
 <span>acked <b data-rate="acked">${rate(rates.rates, 'acked')}</b></span>
 <span>failed <b data-rate="failed">${rate(rates.rates, 'failed')}</b></span>
 <span class="muted">all queues, from pgq_counters()</span></p>`;
+	const flows = ctx.features.flows;
 	const rows = queues.map((q) => {
 		const n = shownCounts(q, cap);
 		return html`<tr data-queue="${q.queue}">
@@ -93,6 +96,7 @@ function overviewLive(ctx, queues, rates, cap) {
 <td class="n" data-col="scheduled"><a href="${url`/queues/${q.queue}`}?list=scheduled">${n.scheduled}</a></td>
 <td class="n" data-col="running"><a href="${url`/queues/${q.queue}`}?list=running">${n.running}</a></td>
 <td class="n${Number(q.failed) > 0 ? ' bad' : ''}" data-col="failed"><a href="${url`/queues/${q.queue}`}?list=failed">${n.failed}</a></td>
+${flows ? html`<td class="n" data-col="waiting"><a href="${url`/queues/${q.queue}`}?list=waiting">${n.waiting}</a></td>` : ''}
 <td class="n" data-col="oldest">${age(q.oldest_age)}</td>
 <td data-col="paused">${q.paused ? html`<span class="badge paused">paused</span>` : 'no'}</td>
 <td class="n" data-col="weight">${q.weight}</td>
@@ -101,9 +105,9 @@ function overviewLive(ctx, queues, rates, cap) {
 	});
 	return html`${rateLine}
 <table class="queues" id="queues">
-<thead><tr><th>queue</th><th>pending</th><th>retry</th><th>scheduled</th><th>running</th><th>failed</th><th>oldest ready</th><th>paused</th><th>weight</th><th>cap</th></tr></thead>
+<thead><tr><th>queue</th><th>pending</th><th>retry</th><th>scheduled</th><th>running</th><th>failed</th>${flows ? html`<th>waiting</th>` : ''}<th>oldest ready</th><th>paused</th><th>weight</th><th>cap</th></tr></thead>
 <tbody>
-${rows.length ? rows : html`<tr><td colspan="10" class="muted">no queues yet</td></tr>`}
+${rows.length ? rows : html`<tr><td colspan="${flows ? 11 : 10}" class="muted">no queues yet</td></tr>`}
 </tbody>
 </table>
 <p class="muted small">Counts stop at ${count(cap)} (shown as ${count(cap, true)}); updated <span id="updated">${new Date().toISOString().slice(11, 19)}</span> UTC.</p>`;
@@ -120,14 +124,20 @@ ${overviewLive(ctx, queues, rates, cap)}
 
 function listTable(list, rows) {
 	const work = list === 'scheduled' || list === 'running';
+	const waiting = list === 'waiting';
 	const head = list === 'archive'
 		? html`<th>id</th><th>outcome</th><th>finished</th><th>tries</th><th>last error</th><th>payload</th>`
-		: html`<th>id</th><th>state</th><th>priority</th><th>run after</th><th>tries</th>${work ? html`<th>lease holder</th><th>lease deadline</th>` : ''}<th>last error</th><th>payload</th>`;
+		: html`<th>id</th><th>state</th>${waiting ? html`<th>waiting for</th>` : ''}<th>priority</th><th>run after</th><th>tries</th>${work ? html`<th>lease holder</th><th>lease deadline</th>` : ''}<th>last error</th><th>payload</th>`;
 	const body = rows.map((r) => list === 'archive'
 		? html`<tr data-id="${r.id}"><td class="id"><a href="${url`/jobs/${r.id}`}">${r.id}</a></td><td>${r.outcome}</td><td>${r.finished}</td><td class="n">${r.tries}</td><td class="err">${clip(r.last_error)}</td><td class="payload"><code>${r.payload_head}</code></td></tr>`
-		: html`<tr data-id="${r.id}"><td class="id"><a href="${url`/jobs/${r.id}`}">${r.id}</a></td><td>${r.state}</td><td class="n">${r.priority}</td><td>${r.run_after}</td><td class="n">${r.tries}</td>${work ? html`<td>${r.lock_key}</td><td>${r.lock_timeout}</td>` : ''}<td class="err">${clip(r.last_error)}</td><td class="payload"><code>${r.payload_head}</code></td></tr>`);
+		: html`<tr data-id="${r.id}"><td class="id"><a href="${url`/jobs/${r.id}`}">${r.id}</a></td><td>${r.state}</td>${waiting ? html`<td class="n" data-col="waiting-for">${parents(r.waiting_for)}</td>` : ''}<td class="n">${r.priority}</td><td>${r.run_after}</td><td class="n">${r.tries}</td>${work ? html`<td>${r.lock_key}</td><td>${r.lock_timeout}</td>` : ''}<td class="err">${clip(r.last_error)}</td><td class="payload"><code>${r.payload_head}</code></td></tr>`);
 	return html`<table class="jobs" id="jobs"><thead><tr>${head}</tr></thead>
 <tbody>${body.length ? body : html`<tr><td colspan="9" class="muted">no jobs on this page</td></tr>`}</tbody></table>`;
+}
+
+/* "1 parent", "3 parents". */
+function parents(n) {
+	return `${n} parent${Number(n) === 1 ? '' : 's'}`;
 }
 
 function clip(s) {
@@ -169,12 +179,12 @@ ${rate !== undefined ? html`<dt>rate limit</dt><dd data-setting="rate">${rate ==
 		const retryAll = ctx.features.operate
 			? actionForm(ctx, 'retry_failed', { queue: name }, 'Retry all failed', `Retry every failed job of queue ${name}?`) : '';
 		const purge = ctx.features.operate
-			? html`<form method="post" action="/action" class="action" data-confirm="${`Purge the jobs of queue ${name} in the chosen state? They are removed for good.`}">
+			? html`<form method="post" action="/action" class="action" data-confirm="${`Purge the jobs of queue ${name} in the chosen state? They are removed for good${ctx.features.flows ? ', and the jobs waiting for them cancelled' : ''}.`}">
 <input type="hidden" name="csrf" value="${ctx.csrf}">
 <input type="hidden" name="action" value="purge">
 <input type="hidden" name="back" value="${ctx.path}">
 <input type="hidden" name="queue" value="${name}">
-<select name="state"><option>failed</option><option>retry</option><option>pending</option></select>
+<select name="state"><option>failed</option><option>retry</option><option>pending</option>${ctx.features.flows ? html`<option>waiting</option>` : ''}</select>
 <input type="hidden" name="confirmed" value="">
 <button type="submit" data-action="purge">Purge</button>
 </form>` : '';
@@ -199,7 +209,24 @@ ${paging}`);
 
 /* ------------------------------------------------------------------ job */
 
-function jobPage(ctx, j) {
+/* A job's parents or children (1.2, flows): each linked, with its state. */
+function edgeTable(id, rows) {
+	return html`<table class="jobs" id="${id}"><thead><tr><th>id</th><th>queue</th><th>state</th><th>waiting for</th></tr></thead>
+<tbody>${rows.map((r) => html`<tr data-id="${r.id}"><td class="id"><a href="${url`/jobs/${r.id}`}">${r.id}</a></td><td>${r.queue === null ? '' : html`<a href="${url`/queues/${r.queue}`}">${r.queue}</a>`}</td><td data-col="state">${r.state === null ? '(finished)' : r.state}</td><td class="n">${r.state === 'waiting' ? parents(r.waiting_for) : ''}</td></tr>`)}</tbody></table>`;
+}
+
+/* The flow around a job: the parents it waits for, the jobs that wait for it. */
+function jobEdges(edges) {
+	if (!edges || (edges.parents.length === 0 && edges.children.length === 0)) return '';
+	return html`${edges.parents.length ? html`<h2>Waits for</h2>
+<p class="muted small">The parents not yet acked: the last one's ack makes this job pending.</p>
+${edgeTable('parents', edges.parents)}` : ''}
+${edges.children.length ? html`<h2>Waited for by</h2>
+<p class="muted small">The jobs that wait for this one${edges.moreChildren ? html` (the first ${edges.childrenShown}, by id)` : ''}.</p>
+${edgeTable('children', edges.children)}` : ''}`;
+}
+
+function jobPage(ctx, j, edges) {
 	const leaseLeft = j.lease_left !== null && j.lease_left !== undefined
 		? (Number(j.lease_left) >= 0 ? `${age(j.lease_left)} left` : `ran out ${age(-Number(j.lease_left))} ago`) : '';
 	const rows = [
@@ -209,6 +236,8 @@ function jobPage(ctx, j) {
 		['tries', j.max_tries !== undefined ? `${j.tries} of ${j.max_tries}` : j.tries],
 		['created', j.created],
 	];
+	// after its state: the parents it still waits for (1.2)
+	if (Number(j.waiting_for) > 0) rows.splice(2, 0, ['waiting for', html`<span id="waiting-for">${parents(j.waiting_for)}</span>`]);
 	if (j.finished !== undefined) rows.push(['finished', j.finished]);
 	if (j.run_after !== undefined) rows.push(['run after', j.run_after]);
 	if (j.scheduled_at) rows.push(['scheduled', j.scheduled_at]);
@@ -220,12 +249,13 @@ function jobPage(ctx, j) {
 	if (ctx.canAct && ctx.features.operate && j.state !== 'archived') {
 		actions = html`<div class="actions" id="job-actions">
 ${j.state === 'failed' ? actionForm(ctx, 'retry', { id: j.id }, 'Retry', `Retry job ${j.id}? It goes back to pending, due now.`) : ''}
-${actionForm(ctx, 'cancel', { id: j.id }, 'Cancel job', `Cancel job ${j.id}? It is removed${j.state === 'running' ? ' while a worker holds it' : ''}.`)}
+${actionForm(ctx, 'cancel', { id: j.id }, 'Cancel job', `Cancel job ${j.id}? It is removed${j.state === 'running' ? ' while a worker holds it' : ''}${edges && edges.children.length ? ', and the jobs waiting for it are cancelled' : ''}.`)}
 </div>`;
 	}
 	return layout(ctx, `Job ${j.id}`, html`<h1>Job <span class="id" id="job-id">${j.id}</span></h1>
 <dl class="job" id="job">${rows.map(([k, v]) => html`<dt>${k}</dt><dd>${v}</dd>`)}</dl>
 ${actions}
+${jobEdges(edges)}
 <h2>Last error</h2>
 <pre class="err" id="last-error">${j.last_error || '(none)'}</pre>
 <h2>Payload</h2>

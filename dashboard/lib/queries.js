@@ -34,6 +34,11 @@
  * failed: the queue's failed jobs by id (time-ordered): the failed jobs of
  *   the queue through queue_failed_idx, sorted.
  * archive: the archive's rows of the queue, newest id first (archive_id_idx).
+ * waiting (1.2, flows): jobs waiting for parents.  No index of the queue
+ *   holds them (none of its indexes has the state 'waiting'); every one of
+ *   them has an open edge in pgqueue.job_parents, so the walk goes along
+ *   the distinct children of job_parents_child_idx, by id, each looked up
+ *   by its primary key, the queue and the state filtered.
  */
 const WALK_BUDGET = 2000;
 
@@ -49,6 +54,18 @@ const WORK_COLUMNS = `${JOB_COLUMNS},
        w.created::text AS scheduled_at,
        CASE WHEN w.lock_timeout >= pg_catalog.clock_timestamp() THEN 'running'
             ELSE 'scheduled' END AS state`;
+
+/* The distinct children of the open edges, by id: the waiting jobs of all
+ * queues (1.2).  A condition on child is pushed down into the DISTINCT. */
+const CHILDREN = '(SELECT DISTINCT p.child FROM pgqueue.job_parents p) c';
+
+/* The row of one job, by id, as a subquery of its own for a LATERAL join:
+ * its LIMIT keeps the planner from turning the join into one that reads
+ * the whole table (a merge or hash join along the primary key), which it
+ * would choose while the tables are small. */
+function probe(from, alias, id) {
+	return `(SELECT * FROM ${from} ${alias}_ WHERE ${alias}_.id = ${id} LIMIT 1) ${alias}`;
+}
 
 const READY_KEY = [['-(q.priority::bigint)', 'bigint'], ['q.run_after', 'timestamptz'], ['q.id', 'uuid']];
 const WORK_FROM = 'pgqueue.work_queue w JOIN pgqueue.queue q ON q.id = w.id';
@@ -86,6 +103,13 @@ const LISTS = {
 		select: QUEUE_COLUMNS, from: 'pgqueue.queue q',
 		where: "q.queue = $1 AND q.state = 'failed'",
 		key: [['q.id', 'uuid']],
+	}],
+	waiting: [{
+		select: `${QUEUE_COLUMNS}, coalesce(q.waiting_for, 0) AS waiting_for`,
+		from: `${CHILDREN} CROSS JOIN LATERAL ${probe('pgqueue.queue', 'q', 'c.child')}`,
+		where: 'true',
+		filter: "q.queue = $1 AND q.state = 'waiting'",
+		key: [['c.child', 'uuid']],
 	}],
 	archive: [{
 		select: `a.id::text AS id, a.priority, a.tries, a.created::text AS created,
@@ -206,6 +230,14 @@ function skipScan(name, predicate) {
  * come from one walk of at most $1 leases of all queues
  * (work_queue_lease_idx).
  *
+ * waiting (1.2, flows; the overview's list of queues, and one queue's
+ * row, when flows is given): jobs waiting for parents, from one walk of at
+ * most $1 of the children in pgqueue.job_parents (all queues, by id), each
+ * looked up by its primary key (a subquery per child: never a join that
+ * could read the whole table); when the walk stopped, every queue's
+ * waiting count is "at least".  A queue whose jobs all wait is found by
+ * that walk too.
+ *
  * oldest_age is how long the job that has waited longest has been due:
  * the first entry of each priority in queue_ready_idx (due ones only), the
  * first 100 jobs in work_queue in claim order, and the expired leases.
@@ -224,10 +256,19 @@ function capped(from, where) {
 	return `(SELECT pg_catalog.count(*) FROM (SELECT 1 FROM ${from} WHERE ${where} LIMIT $1) c)`;
 }
 
-function overviewSql(names) {
+function overviewSql(names, flows) {
+	const waiting = flows ? `
+waiting_walk AS MATERIALIZED (
+    SELECT (SELECT q.queue FROM pgqueue.queue q WHERE q.id = c.child AND q.state = 'waiting') AS queue
+      FROM ${CHILDREN} ORDER BY c.child LIMIT $1),
+waiting_counts AS (
+    SELECT w.queue, pg_catalog.count(*) AS waiting
+      FROM waiting_walk w WHERE w.queue IS NOT NULL GROUP BY w.queue),` : '';
+	// the overview's names: also the queues the walk found
+	const moreNames = flows && names === QUEUE_NAMES ? '\nUNION SELECT wc.queue FROM waiting_counts wc' : '';
 	return `
-WITH t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts),
-names AS (${names}),
+WITH t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS ts),${waiting}
+names AS (${names}${moreNames}),
 leases AS MATERIALIZED (
     SELECT w.id, w.queue, w.lock_timeout >= t.ts AS live
       FROM pgqueue.work_queue w CROSS JOIN t
@@ -263,7 +304,9 @@ SELECT n.queue, r.pending, r.retry, r.ready_walked >= $1 AS ready_capped,
            WHERE l.queue = n.queue AND NOT l.live))) AS oldest_age,
        coalesce(s.weight, 1) AS weight, coalesce(s.max_in_flight, 0) AS max_in_flight,
        coalesce(s.max_tries, 5) AS max_tries, coalesce(s.paused, false) AS paused,
-       s.queue IS NOT NULL AS configured
+       s.queue IS NOT NULL AS configured${flows ? `,
+       coalesce(wc.waiting, 0) AS waiting,
+       (SELECT pg_catalog.count(*) FROM waiting_walk) >= $1 AS waiting_capped` : ''}
   FROM names n CROSS JOIN t
   CROSS JOIN LATERAL (
        SELECT pg_catalog.count(*) FILTER (WHERE c.state = 'pending') AS pending,
@@ -272,14 +315,18 @@ SELECT n.queue, r.pending, r.retry, r.ready_walked >= $1 AS ready_capped,
          FROM (SELECT q.state FROM pgqueue.queue q
                 WHERE q.queue = n.queue AND q.state IN ('pending', 'retry') LIMIT $1) c) r
   LEFT JOIN lease_counts lc ON lc.queue = n.queue
-  LEFT JOIN pgqueue.queues s ON s.queue = n.queue
+  LEFT JOIN pgqueue.queues s ON s.queue = n.queue${flows ? `
+  LEFT JOIN waiting_counts wc ON wc.queue = n.queue` : ''}
  ORDER BY n.queue`;
 }
 
-const OVERVIEW = overviewSql(QUEUE_NAMES);
+const OVERVIEW = overviewSql(QUEUE_NAMES, false);
+/* With the waiting jobs (1.2: pgqueue.job_parents). */
+const OVERVIEW_FLOWS = overviewSql(QUEUE_NAMES, true);
 
 // One queue: the same row as the overview's, for that queue only.
-const QUEUE_ONE = overviewSql('SELECT $2::text AS queue');
+const QUEUE_ONE = overviewSql('SELECT $2::text AS queue', false);
+const QUEUE_ONE_FLOWS = overviewSql('SELECT $2::text AS queue', true);
 
 /* The counters since server start; schema as for actionSql. */
 function countersSql(schema) {
@@ -288,16 +335,38 @@ function countersSql(schema) {
   FROM ${schema}.pgq_counters()`;
 }
 
-/* One job: the view's row, with the work_queue row's claim times. */
-const JOB = `
+/* One job: the view's row, with the work_queue row's claim times (and,
+ * with flows, its parents not yet acked: 1.2). */
+function jobSql(flows) {
+	return `
 SELECT j.id::text AS id, j.queue, j.state, j.priority, j.run_after::text AS run_after,
        j.created::text AS created, j.tries, j.max_tries, j.lock_key,
        j.lock_timeout::text AS lock_timeout,
        EXTRACT(epoch FROM j.lock_timeout - pg_catalog.clock_timestamp()) AS lease_left,
        j.last_error, pg_catalog.jsonb_pretty(j.payload) AS payload,
-       w.created::text AS scheduled_at, w.started::text AS started, w.version
+       w.created::text AS scheduled_at, w.started::text AS started, w.version${flows ? ',\n       j.waiting_for' : ''}
   FROM pgqueue.jobs j LEFT JOIN pgqueue.work_queue w ON w.id = j.id
  WHERE j.id = $1::uuid`;
+}
+
+const JOB = jobSql(false);
+const JOB_FLOWS = jobSql(true);
+
+/*
+ * A job's open edges (1.2): the parents it still waits for (at most 1,000:
+ * pgq_push takes no more), through job_parents_child_idx; the jobs that
+ * wait for it, at most $2, through the primary key (parent, child).  Each with its state, from pgqueue.jobs (none: it was
+ * finished meanwhile).
+ */
+function edgesSql(other, self, limit) {
+	return `
+SELECT p.${other}::text AS id, j.queue, j.state, coalesce(j.waiting_for, 0) AS waiting_for
+  FROM pgqueue.job_parents p LEFT JOIN LATERAL ${probe('pgqueue.jobs', 'j', `p.${other}`)} ON true
+ WHERE p.${self} = $1::uuid
+ ORDER BY p.${other} LIMIT ${limit}`;
+}
+const PARENTS = edgesSql('parent', 'child', '1000');
+const CHILDREN_OF = edgesSql('child', 'parent', '$2');
 
 /* A finished job, when its queue keeps an archive. */
 const ARCHIVED_JOB = `
@@ -310,7 +379,8 @@ SELECT a.id::text AS id, a.queue, 'archived' AS state, a.outcome, a.priority, a.
 
 /*
  * What the database has: the extension's schema and version, which of the
- * operator functions and objects of 1.1 exist, and the role the dashboard
+ * operator functions and objects of 1.1 exist, whether it has flows (1.2:
+ * pgqueue.job_parents, readable by the role), and the role the dashboard
  * connects as.
  */
 const FEATURES = `
@@ -323,7 +393,9 @@ SELECT e.extversion AS version, n.nspname AS schema, current_user AS role,
        EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                 WHERE attrelid = 'pgqueue.queues'::regclass AND attname = 'rate_limit'
                   AND NOT attisdropped) AS rate_limit,
-       pg_catalog.to_regprocedure(pg_catalog.quote_ident(n.nspname) || '.pgq_retry(uuid)') IS NOT NULL AS operate
+       pg_catalog.to_regprocedure(pg_catalog.quote_ident(n.nspname) || '.pgq_retry(uuid)') IS NOT NULL AS operate,
+       coalesce(pg_catalog.has_table_privilege(pg_catalog.to_regclass('pgqueue.job_parents'), 'SELECT'),
+                false) AS flows
   FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'pgqueue'`;
 
@@ -352,5 +424,6 @@ function actionSql(schema, action) {
 
 module.exports = {
 	LISTS, segmentSql, listPage, BadRequest,
-	OVERVIEW, QUEUE_ONE, countersSql, JOB, ARCHIVED_JOB, FEATURES, RETENTION, RATE, actionSql,
+	OVERVIEW, OVERVIEW_FLOWS, QUEUE_ONE, QUEUE_ONE_FLOWS, countersSql, JOB, JOB_FLOWS, PARENTS, CHILDREN_OF,
+	ARCHIVED_JOB, FEATURES, RETENTION, RATE, actionSql,
 };

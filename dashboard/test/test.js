@@ -195,6 +195,7 @@ const NEEDS = {
 	operate: 'pgq_retry, pgq_retry_failed, pgq_cancel, pgq_purge', archive: 'pgqueue.archive',
 	failedIndex: 'index on failed jobs (queue_failed_idx)',
 	rateLimit: 'rate limits (pgqueue 1.2)',
+	flows: 'flows (pgqueue 1.2: pgqueue.job_parents)',
 };
 
 let admin;	// the dashboard with actions, as dash_admin
@@ -498,6 +499,135 @@ test('a queue opens on a tab that has jobs; the archive\'s tab only for a queue 
 	await page.context().close();
 });
 
+/*
+ * A flow (1.2): a parent in flowa, 3 children after it in flowb, a merge
+ * after the children in flowc (a queue whose only job waits: the overview
+ * finds it through the walk of the waiting jobs).
+ */
+test('a flow: the waiting column and tab, a job\'s parents and children, each linked', ['flows'], async () => {
+	const parent = (await one(`SELECT pgq_push('flowa', '{"step": "snapshot"}') AS id`)).id;
+	const children = (await sql(`SELECT id FROM pgq_push_batch('flowb', ARRAY['{"shard": 1}', '{"shard": 2}', '{"shard": 3}']::jsonb[],
+	                                                          after => ARRAY[$1::uuid]) id`, [parent])).map((r) => r.id);
+	const merge = (await one(`SELECT pgq_push('flowc', '{"step": "merge"}', after => $1::uuid[]) AS id`, [children])).id;
+	seeded.flow = { parent, children, merge };
+	const page = await newPage();
+	await page.goto(`${admin.base}/`);
+	assert.equal(await cellText(page, 'flowa', 'waiting'), '0');
+	assert.equal(await cellText(page, 'flowb', 'waiting'), '3');
+	assert.equal(await cellText(page, 'flowc', 'waiting'), '1');
+	// every queue of pgq_stats() (flowc too), with its waiting jobs
+	const stats = await sql(`SELECT queue, waiting FROM pgq_stats()`);
+	assert.equal(await page.locator('tr[data-queue]').count(), stats.length);
+	for (const s of stats)
+		assert.equal(await cellText(page, s.queue, 'waiting'), Number(s.waiting).toLocaleString('en-US'), `${s.queue} waiting`);
+
+	// flowb has only waiting jobs: its page opens on them, with their parents counted
+	const tabs = async () => page.locator('a.tab').evaluateAll((as) => as.map((a) => a.dataset.list));
+	await page.goto(`${admin.base}/queues/flowb`);
+	assert.equal(await page.locator('a.tab.current').getAttribute('data-list'), 'waiting');
+	assert.equal((await page.locator('a.tab[data-list="waiting"] .count').textContent()).trim(), '3');
+	const rows = await page.locator('#jobs tbody tr[data-id]').evaluateAll((trs) => trs.map((t) => t.dataset.id));
+	assert.deepEqual(rows, [...children].sort());
+	assert.deepEqual(await page.locator('#jobs td[data-col="waiting-for"]').allTextContents(), ['1 parent', '1 parent', '1 parent']);
+	// a page of one job at a time walks them all, in id order
+	const seen = [];
+	let next = `${admin.base}/queues/flowb?list=waiting&limit=1`;
+	for (let i = 0; i < 10 && next; i++) {
+		await page.goto(next);
+		seen.push(...await page.locator('#jobs tbody tr[data-id]').evaluateAll((trs) => trs.map((t) => t.dataset.id)));
+		const link = page.locator('#next-page');
+		next = await link.count() ? new URL(await link.getAttribute('href'), admin.base).href : null;
+	}
+	assert.deepEqual(seen, [...children].sort());
+	// a queue without waiting jobs has no such tab (unless asked for)
+	await page.goto(`${admin.base}/queues/flowa`);
+	assert.equal((await tabs()).includes('waiting'), false);
+	await page.goto(`${admin.base}/queues/flowa?list=waiting`);
+	assert.equal(await page.locator('a.tab.current').getAttribute('data-list'), 'waiting');
+	assert.equal(await page.locator('#jobs tbody tr[data-id]').count(), 0);
+
+	// the merge waits for the 3 children, each shown with its state and linked
+	await page.goto(`${admin.base}/jobs/${merge}`);
+	assert.equal(await page.locator('#job-state').textContent(), 'waiting');
+	assert.equal(await page.locator('#waiting-for').textContent(), '3 parents');
+	assert.deepEqual(await page.locator('#parents tbody tr').evaluateAll((trs) => trs.map((t) => t.dataset.id)), [...children].sort());
+	assert.deepEqual(await page.locator('#parents td[data-col="state"]').allTextContents(), ['waiting', 'waiting', 'waiting']);
+	assert.equal(await page.locator('#children').count(), 0);
+	// to a child: it waits for the parent and is waited for by the merge
+	await page.click(`#parents tr[data-id="${children[0]}"] td.id a`);
+	assert.equal(await page.locator('#job-id').textContent(), children[0]);
+	assert.deepEqual(await page.locator('#parents tbody tr').evaluateAll((trs) => trs.map((t) => t.dataset.id)), [parent]);
+	assert.equal((await page.locator('#parents td[data-col="state"]').textContent()), 'pending');
+	assert.deepEqual(await page.locator('#children tbody tr').evaluateAll((trs) => trs.map((t) => t.dataset.id)), [merge]);
+	// to the parent: no parent of its own, its 3 children; cancelling it says what goes with it
+	await page.click(`#parents tr[data-id="${parent}"] td.id a`);
+	assert.equal(await page.locator('#parents').count(), 0);
+	assert.equal(await page.locator('#waiting-for').count(), 0);
+	assert.equal(await page.locator('#children tbody tr').count(), 3);
+	assert.match(await page.locator('#job-actions form:has(button[data-action="cancel"])').getAttribute('data-confirm'),
+		/the jobs waiting for it are cancelled/);
+	// a job outside any flow shows none of it
+	await page.goto(`${admin.base}/jobs/${seeded.xss}`);
+	assert.equal(await page.locator('#parents, #children, #waiting-for').count(), 0);
+	assert.deepEqual(page.errors, []);
+	await page.context().close();
+});
+
+test('purging the waiting jobs of a queue goes through pgq_purge(queue, \'waiting\')', ['flows', 'operate'], async () => {
+	const page = await newPage();
+	page.on('dialog', (d) => d.accept());
+	const merge = (await one(`SELECT pgq_push('flowd', '{}', after => $1::uuid[]) AS id`, [seeded.flow.children])).id;
+	await page.goto(`${admin.base}/queues/flowd`);
+	assert.deepEqual(await page.locator('#queue-actions select[name="state"] option').allTextContents(),
+		['failed', 'retry', 'pending', 'waiting']);
+	await page.selectOption('#queue-actions select[name="state"]', 'waiting');
+	await Promise.all([page.waitForNavigation(), page.click('#queue-actions button[data-action="purge"]')]);
+	assert.match(await page.locator('#flash').textContent(), /^1 waiting job\(s\) of queue flowd were purged/);
+	assert.equal((await sql(`SELECT 1 FROM pgqueue.jobs WHERE id = $1`, [merge])).length, 0);
+	// its parents are as they were
+	assert.equal(Number((await one(`SELECT count(*) AS n FROM pgqueue.jobs WHERE id = ANY ($1::uuid[]) AND state = 'waiting'`,
+		[seeded.flow.children])).n), 3);
+	await page.context().close();
+});
+
+test('against pgqueue 1.1 (no flows) every page works, without a waiting column, tab or list', async () => {
+	await sql(`CREATE DATABASE dash11`);
+	let old;
+	let dash;
+	try {
+		old = new pg.Client({ connectionString: dbUrl('postgres').replace('/dash?', '/dash11?') });
+		await old.connect();
+		await old.query(`CREATE EXTENSION pgqueue VERSION '1.1'`);
+		await old.query(`SELECT pgq_configure('dead', max_tries => 1)`);
+		const id = (await old.query(`SELECT pgq_push('dead', '{"n": 1}') AS id`)).rows[0].id;
+		await old.query(`SELECT pgq_schedule(10)`);
+		await old.query(`SELECT pgq_nack(id, 'w', 'boom') FROM pgq_claim('w', 1, '1 hour', ARRAY['dead'])`);
+		await old.query(`SELECT pgq_push('live', '{}')`);
+		dash = await startDashboard(PORT + 2, ['--database-url', dbUrl('postgres').replace('/dash?', '/dash11?')]);
+		const page = await newPage();
+		await page.goto(`${dash.base}/`);
+		assert.match(await page.locator('header .who').textContent(), /pgqueue 1\.1/);
+		assert.equal(await cellText(page, 'dead', 'failed'), '1');
+		assert.equal(await cellText(page, 'live', 'pending'), '1');
+		assert.equal(await page.locator('td[data-col="waiting"]').count(), 0);
+		assert.equal((await page.locator('#queues thead').textContent()).includes('waiting'), false);
+		await page.goto(`${dash.base}/queues/dead`);
+		assert.equal(await page.locator('a.tab.current').getAttribute('data-list'), 'failed');
+		assert.equal(await page.locator('a.tab[data-list="waiting"]').count(), 0);
+		assert.deepEqual(await page.locator('#queue-actions select[name="state"] option').allTextContents(), ['failed', 'retry', 'pending']);
+		assert.equal((await page.goto(`${dash.base}/queues/dead?list=waiting`)).status(), 400);
+		assert.equal((await page.goto(`${dash.base}/jobs/${id}`)).status(), 200);
+		assert.equal(await page.locator('#job-state').textContent(), 'failed');
+		assert.equal(await page.locator('#parents, #children, #waiting-for').count(), 0);
+		assert.deepEqual(page.errors, []);
+		await page.context().close();
+	} finally {
+		if (dash) dash.child.kill();
+		await old?.end();
+		await sql(`DROP DATABASE dash11 WITH (FORCE)`);
+	}
+});
+
 test('every POST needs the CSRF token of the browser that sends it, and a confirmation', async () => {
 	const page = await newPage();
 	await page.goto(`${admin.base}/queues/emails`);
@@ -551,6 +681,7 @@ test('read-only mode, as a read-only role: every page, no action, every POST ref
 	const pages = ['/', '/queues/emails', '/queues/reports?list=running', '/queues/dead?list=failed',
 		`/jobs/${victim}`, `/jobs/${seeded.xss}`];
 	if (has.archive) pages.push('/queues/kept?list=archive');
+	if (seeded.flow) pages.push('/queues/flowb', `/jobs/${seeded.flow.parent}`, `/jobs/${seeded.flow.children[0]}`);
 	for (const p of pages) {
 		const resp = await page.goto(`${ro.base}${p}`);
 		assert.equal(resp.status(), 200, p);
@@ -606,7 +737,7 @@ test(`with ${BIG.toLocaleString('en-US')} jobs in one queue, no statement of the
 	const key = big.key;
 	const plans = [['overview', Q.OVERVIEW, [10001]], ['one queue', Q.QUEUE_ONE, [10001, 'big']]];
 	for (const [list, segs] of Object.entries(Q.LISTS))
-		(list !== 'archive' || has.archive) && segs.forEach((seg, i) => {
+		(list !== 'archive' || has.archive) && (list !== 'waiting' || has.flows) && segs.forEach((seg, i) => {
 			const p = seg.filter ? ['big', 51, 2000] : ['big', 51];
 			plans.push([`${list}[${i}] first page`, Q.segmentSql(seg, false), p]);
 			const k = list === 'pending' || list === 'retry' ? [key.a, key.b, key.c]
@@ -617,11 +748,25 @@ test(`with ${BIG.toLocaleString('en-US')} jobs in one queue, no statement of the
 	big.failedPlans = plans.filter(([, text]) => /state = 'failed'/.test(text));
 	const scans = await explain(plans.filter(([, text]) => !/state = 'failed'/.test(text)));
 	assert.deepEqual(scans, []);
+	// the statements of flows (1.2): no scan, and no walk of the big
+	// queue's primary key (a join along it instead of a probe per job; the
+	// overview has one of its own, in the oldest ready job among the first
+	// 100 in work_queue, so it is only checked for scans)
+	if (has.flows) {
+		const f = seeded.flow;
+		assert.deepEqual(await explain([['overview with flows', Q.OVERVIEW_FLOWS, [10001]]]), []);
+		const flowPlans = [['one queue with flows', Q.QUEUE_ONE_FLOWS, [10001, 'big']],
+			['job with flows', Q.JOB_FLOWS, [f.children[0]]], ['parents', Q.PARENTS, [f.children[0]]],
+			['children', Q.CHILDREN_OF, [f.parent, 101]],
+			...plans.filter(([name]) => /^waiting/.test(name))];
+		assert.deepEqual(await explain(flowPlans, 10001), []);
+	}
 });
 
 /* EXPLAIN ANALYZE of each [name, sql, params] as the read-only role: the
- * plans that scan a table. */
-async function explain(plans) {
+ * plans that scan a table (or, given maxRows, walk a primary key further
+ * than that: a join along it instead of a probe per row). */
+async function explain(plans, maxRows) {
 	const ro = new pg.Client({ connectionString: dbUrl('dash_ro') });
 	await ro.connect();
 	await ro.query("SET DateStyle = ISO; SET TimeZone = 'UTC'; SET enable_seqscan = off; SET enable_bitmapscan = off; SET jit = off");
@@ -630,8 +775,11 @@ async function explain(plans) {
 		for (const [name, text, params] of plans) {
 			const plan = (await ro.query(`EXPLAIN (ANALYZE, COSTS OFF) ${text}`, params)).rows.map((r) => r['QUERY PLAN']).join('\n');
 			const ms = Number(/Execution Time: ([\d.]+)/.exec(plan)[1]);
-			if (/Seq Scan on (queue|work_queue|archive)/.test(plan))
+			if (/Seq Scan on (queue|work_queue|archive|job_parents)/.test(plan))
 				scans.push(`${name}: sequential scan\n${plan}`);
+			for (const [line, rows, loops] of plan.matchAll(/Scan using \w+_pkey on .* rows=(\d+) loops=(\d+)\)/g))
+				if (maxRows !== undefined && Number(rows) * Number(loops) > maxRows)
+					scans.push(`${name}: a primary key scan returned ${rows} rows ${loops} times: ${line.trim()}\n${plan}`);
 			console.log(`#   ${name}: ${ms.toFixed(1)} ms`);
 		}
 	} finally {
@@ -714,7 +862,8 @@ test(`page loads with ${BIG.toLocaleString('en-US')} jobs in one queue (printed,
 		                                       AND relname ~ '^queue(_[0-9]+)?_failed_idx$') AS "failedIndex",
 		                            EXISTS (SELECT 1 FROM pg_attribute
 		                                     WHERE attrelid = 'pgqueue.queues'::regclass AND attname = 'rate_limit'
-		                                       AND NOT attisdropped) AS "rateLimit"`);
+		                                       AND NOT attisdropped) AS "rateLimit",
+		                            to_regclass('pgqueue.job_parents') IS NOT NULL AS flows`);
 		Object.assign(has, f);
 		admin = await startDashboard(PORT, ['--database-url', dbUrl('dash_admin'), '--refresh', '0.5']);
 		ro = await startDashboard(PORT + 1, ['--database-url', dbUrl('dash_ro'), '--read-only'],
