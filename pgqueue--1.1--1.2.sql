@@ -40,11 +40,18 @@ ALTER TABLE pgqueue.work_queue ADD COLUMN max_tries int;
  */
 ALTER TYPE pgqueue.job_state ADD VALUE 'waiting';
 ALTER TABLE pgqueue.queue ADD COLUMN waiting_for int;
+/*
+ * True on a job that a job was pushed after (set by that push, never
+ * cleared): only the ack of such a job looks for children, so a job that
+ * is no parent pays nothing for flows.
+ */
+ALTER TABLE pgqueue.queue ADD COLUMN has_children boolean;
 
 /*
  * The edges of the flows: child waits for parent.  Written by the push
- * that names the parent (which locks the parent's row FOR KEY SHARE, so
- * that its ack waits for the push to commit and then sees the edge),
+ * that names the parent (which sets the parent's has_children, or locks
+ * its row FOR KEY SHARE when it is set, so that its ack waits for the
+ * push to commit and then sees the edge),
  * removed by the parent's ack (which counts the child down: src/flow.c),
  * or by a cancel or purge (which cancels the waiting descendants).  Data,
  * not state: pg_dump keeps its rows.

@@ -9,15 +9,20 @@
  *		count reaches 0 becomes 'pending' in that same transaction.  A
  *		cancel or purge of a job cancels its waiting descendants.
  *
- * Why nothing is lost between a push and an ack of its parent: the push
- * locks each parent's job row FOR KEY SHARE before it writes the edge.  An
- * ack deletes the row, which conflicts with that lock: an ack that comes
- * first makes the push wait for its commit and then find no parent (done);
- * a push that comes first makes the ack's delete wait for the push's
- * commit, after which the ack reads the edges with a snapshot taken then
- * (the latest), and finds the edge.  KEY SHARE does not conflict with the
- * updates of the scheduler (state) or the ring (a move skips rows locked:
- * FOR UPDATE SKIP LOCKED), so a child's push holds up no pass.
+ * Why nothing is lost between a push and an ack of its parent: before it
+ * writes the edge, the push sets the parent's has_children (an UPDATE,
+ * once per parent: it locks the row FOR NO KEY UPDATE) or, when it is set
+ * already, locks the row FOR KEY SHARE.  An ack deletes the row, which
+ * conflicts with either lock: an ack that comes first makes the push wait
+ * for its commit and then find no parent (done); a push that comes first
+ * makes the ack's delete wait for the push's commit and then delete the
+ * latest version, whose has_children is set, and the ack reads the edges
+ * with a snapshot taken then (the latest), and finds the edge.  KEY SHARE
+ * does not conflict with the updates of the scheduler (state) or the ring
+ * (a move skips rows locked: FOR UPDATE SKIP LOCKED); the first push
+ * after a parent holds that parent back from a pass (which skips a row
+ * locked so) until it commits, the usual case being a parent pushed in
+ * the same transaction, not committed yet anyway.
  *
  * Two parents of one child acked at once by two transactions update the
  * child's row one after the other (a row lock; READ COMMITTED re-reads
@@ -27,9 +32,10 @@
  * edge or child the transaction cannot see is a serialization failure
  * (40001), never a child left waiting.
  *
- * A job without parents or children pays one look at the size of
- * pgqueue.job_parents when it is acked: an empty table (no block) has no
- * edge, and an edge's push extends it before it commits.
+ * A job without children pays nothing: its ack reads has_children in the
+ * row it deletes, and looks no further.  A cancel or purge looks at the
+ * size of pgqueue.job_parents first: an empty table (no block) has no edge,
+ * and an edge's push extends it before it commits.
  *
  * Layer 4 of src/README (job operations): it may call the other files of
  * its layer, storage, shared memory and wake-ups, and common.c.
@@ -54,6 +60,7 @@
 
 #include "jobs.h"
 
+static SPIPlanPtr plan_mark_parents = NULL;
 static SPIPlanPtr plan_lock_parents = NULL;
 static SPIPlanPtr plan_link = NULL;
 static SPIPlanPtr plan_release = NULL;
@@ -81,8 +88,8 @@ pgq_flows_exist(void)
 
 /*
  * The parents named in after (a checked uuid[]) that are unfinished jobs
- * now, locked FOR KEY SHARE until the end of the transaction; NULL when
- * none is.  *n: how many.
+ * now, marked (has_children) and locked until the end of the transaction;
+ * NULL when none is.  *n: how many.
  */
 ArrayType *
 pgq_flow_lock_parents(ArrayType *after, int *n)
@@ -94,6 +101,14 @@ pgq_flow_lock_parents(ArrayType *after, int *n)
 	ArrayType  *found = NULL;
 	bool		isnull;
 
+	/* the parents not marked yet: marked, and so locked */
+	if (pgq_execute_moving_latest(pgq_keep_plan(&plan_mark_parents,
+												"UPDATE pgqueue.queue q SET has_children = true"
+												" WHERE q.id = ANY ($1) AND q.has_children IS NOT TRUE",
+												1, &type),
+								  &arg, NULL, false) != SPI_OK_UPDATE)
+		elog(ERROR, "mark of parents failed");
+	/* all of them, locked (again) FOR KEY SHARE: those marked before too */
 	if (pgq_execute_moving_latest(pgq_keep_plan(&plan_lock_parents,
 								   "SELECT pg_catalog.count(*)::int, pg_catalog.array_agg(p.id)"
 								   "  FROM (SELECT q.id FROM pgqueue.queue q"
@@ -141,7 +156,8 @@ pgq_flow_link(ArrayType *parents, pg_uuid_t *children, int n)
 }
 
 /*
- * The jobs ids[0 .. n-1] were acked by this transaction: their edges go,
+ * The jobs ids[0 .. n-1], each with has_children set, were acked by this
+ * transaction: their edges go,
  * each child is counted down once per acked parent, and those that reach
  * 0 become pending (ready at commit, as a push's).  Returns how many
  * became pending.
@@ -155,7 +171,7 @@ pgq_flow_release(Datum *ids, int n)
 	int			ready = 0;
 	uint64		i;
 
-	if (n == 0 || !pgq_flows_exist())
+	if (n == 0)
 		return 0;
 	arg = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 	nest = pgq_spi_connect();

@@ -328,7 +328,7 @@ pgq_restore_begins(void)
  * Columns that an update after 1.1 added to pgqueue.queue and
  * pgqueue.work_queue, all nullable without a default (pgqueue--1.1--1.2.sql).
  */
-static const char *const pgq_later_columns[] = {"max_tries", "waiting_for"};
+static const char *const pgq_later_columns[] = {"max_tries", "waiting_for", "has_children"};
 
 /*
  * A dump of an older version restored into this one: the dump's slots (and

@@ -307,7 +307,9 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 		/* the queue keeps an archive (1.1; archive.c) */
 		if (s.retention > 0)
 			pgq_archive_removed(&w, PGQ_OUTCOME_ACKED, s.retention);
-		if (acked != NULL)
+		/* a job that was pushed after it (flow.c) */
+		if (acked != NULL &&
+			DatumGetBool(pgq_get(job, job->found, PGQ_COL_HAS_CHILDREN, &isnull)) && !isnull)
 			acked[nacked++] = ids[i];
 		CHECK_FOR_INTERRUPTS();
 	}

@@ -61,6 +61,7 @@ typedef enum PgqCol
 	PGQ_COL_SLOT,
 	PGQ_COL_MAX_TRIES,			/* 1.2 */
 	PGQ_COL_WAITING_FOR,		/* 1.2, pgqueue.queue only */
+	PGQ_COL_HAS_CHILDREN,		/* 1.2, pgqueue.queue only */
 	PGQ_NUM_COLS
 } PgqCol;
 
