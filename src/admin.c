@@ -418,7 +418,12 @@ pgq_purge(PG_FUNCTION_ARGS)
 				 errmsg("cannot purge jobs in state \"%s\"", state),
 				 errdetail("pgq_purge removes jobs in state pending, retry, failed or waiting (1.2)."),
 				 errhint("Use pgq_cancel for a job that is scheduled or running.")));
-	flows = pgq_flows_exist();
+	/*
+	 * The ids are kept whenever flows may exist (1.2): whether an edge names
+	 * them is known only after the DELETE, which waits for the pushes that
+	 * lock them (pgq_flow_cancel looks at pgqueue.job_parents then).
+	 */
+	flows = pgq_layout() >= PGQ_V12;
 	args[3] = BoolGetDatum(flows);
 
 	SPI_connect();

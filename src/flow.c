@@ -53,6 +53,7 @@
 #include "storage/bufmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -218,44 +219,89 @@ pgq_flow_release(Datum *ids, int n)
  * cancelled, recursively (archived as 'cancelled' when their queue keeps
  * an archive, last_error "ancestor job <id> was <how>"), and the edges of
  * all of them go.  Returns how many descendants.
+ *
+ * In passes: a push that names a descendant holds its row FOR KEY SHARE,
+ * so the DELETE of that descendant waits for the push to commit, but the
+ * statement's snapshot was taken before, and does not see the push's edge
+ * nor its child.  The next pass, from the descendants just cancelled, takes
+ * a new snapshot and finds them; the passes end when one cancels nothing.
+ * (A push that locks a descendant after its DELETE waits for this
+ * transaction and then finds it gone.)
  */
 uint64
 pgq_flow_cancel(Datum ids, const char *how)
 {
 	Oid			types[2] = {UUIDARRAYOID, TEXTOID};
 	Datum		args[2];
-	int			nest;
-	uint64		n;
+	MemoryContext caller = CurrentMemoryContext;
+	uint64		total = 0;
 
 	if (!pgq_flows_exist())
 		return 0;
 	args[0] = ids;
 	args[1] = CStringGetTextDatum(how);
-	nest = pgq_spi_connect();
-	if (pgq_execute_moving_latest(pgq_keep_plan(&plan_cancel,
-								   "WITH RECURSIVE d(id, root) AS ("
-								   "    SELECT e.child, e.parent FROM pgqueue.job_parents e"
-								   "     WHERE e.parent = ANY ($1)"
-								   "  UNION"
-								   "    SELECT e.child, d.root FROM pgqueue.job_parents e JOIN d ON e.parent = d.id),"
-								   " o AS (SELECT DISTINCT ON (d.id) d.id, d.root FROM d ORDER BY d.id, d.root),"
-								   " a AS (SELECT pg_catalog.unnest($1) AS id UNION SELECT o.id FROM o),"
-								   " ep AS (DELETE FROM pgqueue.job_parents e"
-								   "         WHERE e.parent IN (SELECT a.id FROM a)),"
-								   " ec AS (DELETE FROM pgqueue.job_parents e"
-								   "         WHERE e.child IN (SELECT a.id FROM a))"
-								   " DELETE FROM pgqueue.queue q USING o"
-								   "  WHERE q.id = o.id AND q.state = 'waiting'"
-								   " RETURNING (SELECT s.retention FROM pgqueue.queues s WHERE s.queue = q.queue),"
-								   "   q.id, q.queue, q.priority, q.tries, q.created,"
-								   "   'ancestor job ' || o.root::text || ' was ' || $2,"
-								   "   q.payload",
-								   2, types),
-					 args, NULL, true) != SPI_OK_DELETE_RETURNING)
-		elog(ERROR, "cancel of a flow's descendants failed");
-	n = SPI_processed;
-	if (n > 0)
+	for (;;)
+	{
+		int			nest;
+		uint64		n;
+		uint64		i;
+		Datum	   *next;
+
+		/*
+		 * The slots attached since this transaction locked pgqueue.queue:
+		 * its locks are held already, so the kept plan is checked against
+		 * the invalidations read so far only, and a child pushed into a
+		 * slot attached since (a turn of the ring while a pass waited)
+		 * would be missed by the DELETE while its edges go (ring.c's rule).
+		 */
+		AcceptInvalidationMessages();
+		nest = pgq_spi_connect();
+
+		if (pgq_execute_moving_latest(pgq_keep_plan(&plan_cancel,
+									   "WITH RECURSIVE d(id, root) AS ("
+									   "    SELECT e.child, e.parent FROM pgqueue.job_parents e"
+									   "     WHERE e.parent = ANY ($1)"
+									   "  UNION"
+									   "    SELECT e.child, d.root FROM pgqueue.job_parents e JOIN d ON e.parent = d.id),"
+									   " o AS (SELECT DISTINCT ON (d.id) d.id, d.root FROM d ORDER BY d.id, d.root),"
+									   " a AS (SELECT pg_catalog.unnest($1) AS id UNION SELECT o.id FROM o),"
+									   " ep AS (DELETE FROM pgqueue.job_parents e"
+									   "         WHERE e.parent IN (SELECT a.id FROM a)),"
+									   " ec AS (DELETE FROM pgqueue.job_parents e"
+									   "         WHERE e.child IN (SELECT a.id FROM a))"
+									   " DELETE FROM pgqueue.queue q USING o"
+									   "  WHERE q.id = o.id AND q.state = 'waiting'"
+									   " RETURNING (SELECT s.retention FROM pgqueue.queues s WHERE s.queue = q.queue),"
+									   "   q.id, q.queue, q.priority, q.tries, q.created,"
+									   "   'ancestor job ' || o.root::text || ' was ' || $2,"
+									   "   q.payload",
+									   2, types),
+						 args, NULL, true) != SPI_OK_DELETE_RETURNING)
+			elog(ERROR, "cancel of a flow's descendants failed");
+		n = SPI_processed;
+		if (n == 0)
+		{
+			pgq_spi_finish(nest);
+			break;
+		}
 		pgq_archive_spi_rows(SPI_tuptable, n, 1, PGQ_OUTCOME_CANCELLED);
-	pgq_spi_finish(nest);
-	return n;
+
+		/* the roots of the next pass, in the caller's memory */
+		next = MemoryContextAlloc(caller, sizeof(Datum) * n);
+		for (i = 0; i < n; i++)
+		{
+			bool		isnull;
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+			pg_uuid_t  *u = MemoryContextAlloc(caller, sizeof(pg_uuid_t));
+
+			memcpy(u, DatumGetUUIDP(d), sizeof(pg_uuid_t));
+			next[i] = UUIDPGetDatum(u);
+		}
+		pgq_spi_finish(nest);
+		total += n;
+		args[0] = PointerGetDatum(construct_array(next, (int) n, UUIDOID, UUID_LEN, false,
+												  TYPALIGN_CHAR));
+		CHECK_FOR_INTERRUPTS();
+	}
+	return total;
 }
