@@ -227,6 +227,14 @@ pgq_flow_release(Datum *ids, int n)
  * a new snapshot and finds them; the passes end when one cancels nothing.
  * (A push that locks a descendant after its DELETE waits for this
  * transaction and then finds it gone.)
+ *
+ * The edges go before the jobs (the DELETE of the jobs reads the counts of
+ * the edges' DELETEs first: a data-modifying CTE that nothing reads runs
+ * after the main statement), in the order of an ack's release, which
+ * deletes its parents' edges and then updates their children: in the
+ * other order, a cancel holding a child and waiting for an edge that an
+ * ack of the child's other parent holds, while the ack waits for the
+ * child, was a deadlock (40P01).
  */
 uint64
 pgq_flow_cancel(Datum ids, const char *how)
@@ -266,11 +274,13 @@ pgq_flow_cancel(Datum ids, const char *how)
 									   " o AS (SELECT DISTINCT ON (d.id) d.id, d.root FROM d ORDER BY d.id, d.root),"
 									   " a AS (SELECT pg_catalog.unnest($1) AS id UNION SELECT o.id FROM o),"
 									   " ep AS (DELETE FROM pgqueue.job_parents e"
-									   "         WHERE e.parent IN (SELECT a.id FROM a)),"
+									   "         WHERE e.parent IN (SELECT a.id FROM a) RETURNING 1),"
 									   " ec AS (DELETE FROM pgqueue.job_parents e"
-									   "         WHERE e.child IN (SELECT a.id FROM a))"
+									   "         WHERE e.child IN (SELECT a.id FROM a) RETURNING 1)"
 									   " DELETE FROM pgqueue.queue q USING o"
 									   "  WHERE q.id = o.id AND q.state = 'waiting'"
+									   "    AND (SELECT pg_catalog.count(*) FROM ep) >= 0"
+									   "    AND (SELECT pg_catalog.count(*) FROM ec) >= 0"
 									   " RETURNING (SELECT s.retention FROM pgqueue.queues s WHERE s.queue = q.queue),"
 									   "   q.id, q.queue, q.priority, q.tries, q.created,"
 									   "   'ancestor job ' || o.root::text || ' was ' || $2,"
