@@ -130,7 +130,8 @@ SELECT pgq_cancel((SELECT id FROM n WHERE name = 'root')) AS cancelled;
 SELECT * FROM j;
 SELECT * FROM edges;
 SELECT payload->>'n' AS job, outcome,
-       last_error = 'ancestor job ' || (SELECT id FROM n WHERE name = 'root') || ' was cancelled' AS names_root
+       last_error = 'parent job ' || (SELECT id FROM n WHERE name = 'root') || ' was cancelled' AS names_root,
+       last_error ~ '^parent job [-0-9a-f]{36} was cancelled$' AS names_a_parent
   FROM pgqueue.archive WHERE queue = 'kids' AND outcome = 'cancelled' ORDER BY 1;
 SELECT pgq_cancel((SELECT id FROM n WHERE name = 'other')) AS cancelled;
 
@@ -154,7 +155,8 @@ SELECT pgq_nack(pg_temp.take('p'), 't', 'boom', '0') AS nacked;
 SELECT * FROM j;
 SELECT pgq_purge('q', 'failed') AS purged;
 SELECT * FROM j;
-SELECT payload->>'n' AS job, outcome, last_error LIKE 'ancestor job % was purged' AS names_root
+SELECT payload->>'n' AS job, outcome, last_error LIKE 'parent job % was purged' AS names_purged,
+       last_error LIKE 'parent job % was cancelled' AS names_cancelled
   FROM pgqueue.archive WHERE payload->>'n' LIKE 'purged%' ORDER BY 1;
 INSERT INTO n VALUES ('p2', pgq_push('q', '{}'));
 INSERT INTO n VALUES ('w1', pgq_push('kids', '{"n": "waiting 1"}', after => ARRAY[(SELECT id FROM n WHERE name = 'p2')]));
@@ -209,3 +211,16 @@ SELECT state, count(*) FROM pgqueue.jobs GROUP BY state ORDER BY state;
 -- no edge was left behind
 SELECT pg_temp.clean();
 SELECT count(*) AS edges FROM pgqueue.job_parents;
+
+-- in the transaction that creates the extension (which adds the label
+-- 'waiting' to job_state by ALTER TYPE, whose new labels PostgreSQL 15
+-- and 16 refuse to read before the commit), pgq_stats() and a dedup push
+-- work
+BEGIN;
+DROP EXTENSION pgqueue CASCADE;
+CREATE EXTENSION pgqueue;
+SELECT queue, pending, waiting FROM pgq_stats();
+SELECT pgq_push('fresh', '{}', dedup_key => 'k') = pgq_push('fresh', '{}', dedup_key => 'k') AS one_job;
+SELECT queue, pending, waiting FROM pgq_stats();
+ROLLBACK;
+SELECT count(*) AS jobs FROM pgqueue.queue;

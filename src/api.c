@@ -281,8 +281,8 @@ pgq_after_arg(FunctionCallInfo fcinfo, int argno)
 static const char *const push_dedup_sql[PGQ_NUM_LAYOUTS] = {
 	PUSH_DEDUP_SQL("queue", "", ""),
 	PUSH_DEDUP_SQL("queue_0", "", ""),
-	PUSH_DEDUP_SQL("queue_0", ", max_tries, state, waiting_for",
-				   ", $7, CASE WHEN $8 IS NULL THEN 'pending' ELSE 'waiting' END::pgqueue.job_state, $8")
+	PUSH_DEDUP_SQL("queue_0", ", max_tries, waiting_for, state",
+				   ", $7, $8, $9::pgqueue.job_state")
 };
 
 /*
@@ -307,8 +307,8 @@ pgq_push(PG_FUNCTION_ARGS)
 	ArrayType  *after = pgq_after_arg(fcinfo, 6);
 	ArrayType  *parents = NULL;
 	int			nparents = 0;
-	Datum		args[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		args[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			attempt;
 
 	pgq_require(fcinfo, 1, "payload");
@@ -337,6 +337,12 @@ pgq_push(PG_FUNCTION_ARGS)
 		parents = pgq_flow_lock_parents(after, &nparents);
 	args[7] = Int32GetDatum(nparents);
 	nulls[7] = nparents > 0 ? ' ' : 'n';
+	/*
+	 * The state, as text: the label 'waiting' in the statement would be
+	 * read when it is planned, which fails in the transaction of CREATE
+	 * EXTENSION (see STATS_WAITING_COUNT).
+	 */
+	args[8] = CStringGetTextDatum(nparents > 0 ? "waiting" : "pending");
 
 	if (dedup_key == NULL)
 	{
@@ -347,8 +353,8 @@ pgq_push(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		Oid			types[8] = {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, TEXTOID,
-		INT4OID, INT4OID};
+		Oid			types[9] = {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, TEXTOID,
+		INT4OID, INT4OID, TEXTOID};
 		Oid			ftypes[2] = {TEXTOID, TEXTOID};
 		SPIPlanPtr	plan;
 		SPIPlanPtr	find;
@@ -373,7 +379,7 @@ pgq_push(PG_FUNCTION_ARGS)
 		if ((max_tries > 0 || nparents > 0) && layout < PGQ_V12)
 			elog(ERROR, "pgqueue.queue has no max_tries column");
 		plan = pgq_keep_plan(&plan_push_dedup[layout], push_dedup_sql[layout],
-							 layout == PGQ_V12 ? 8 : 6, types);
+							 layout == PGQ_V12 ? 9 : 6, types);
 		find = pgq_keep_plan(&plan_find_dedup[slotted],
 							 slotted ?
 							 "SELECT id FROM pgqueue.queue_0"
@@ -947,8 +953,16 @@ pgq_configure(PG_FUNCTION_ARGS)
 	"        coalesce(j.failed, 0), LEAST(j.oldest, w.oldest)" WAITING_COL \
 	"   FROM n LEFT JOIN j ON j.queue = n.queue LEFT JOIN w ON w.queue = n.queue" \
 	"  ORDER BY n.queue"
-/* 1.2: waiting jobs (flow.c), the last column */
-#define STATS_WAITING_COUNT "         count(*) FILTER (WHERE q.state = 'waiting') AS waiting,"
+/*
+ * 1.2: waiting jobs (flow.c), the last column.  Counted as the jobs in no
+ * other state: the label 'waiting' is not written in the statement, as a
+ * label added by ALTER TYPE cannot be read in the transaction that added it
+ * (CREATE EXTENSION of 1.2 runs the update from 1.1), where pgq_stats()
+ * works all the same.
+ */
+#define STATS_WAITING_COUNT \
+	"         count(*) FILTER (WHERE q.state NOT IN ('pending', 'retry', 'scheduled', 'failed'))" \
+	" AS waiting,"
 #define STATS_WAITING_COL ", coalesce(j.waiting, 0)"
 
 Datum

@@ -17,12 +17,12 @@
  * for its commit and then find no parent (done); a push that comes first
  * makes the ack's delete wait for the push's commit and then delete the
  * latest version, whose has_children is set, and the ack reads the edges
- * with a snapshot taken then (the latest), and finds the edge.  KEY SHARE
- * does not conflict with the updates of the scheduler (state) or the ring
- * (a move skips rows locked: FOR UPDATE SKIP LOCKED); the first push
- * after a parent holds that parent back from a pass (which skips a row
- * locked so) until it commits, the usual case being a parent pushed in
- * the same transaction, not committed yet anyway.
+ * with a snapshot taken then (the latest), and finds the edge.  Either
+ * lock holds the parent back from the scheduling passes (which update a
+ * row without waiting, and so skip one with a locker in progress, even a
+ * KEY SHARE one) and from the ring's moves (FOR UPDATE SKIP LOCKED) until
+ * the push commits: the usual case is a parent pushed in the same
+ * transaction, not committed yet anyway.
  *
  * Two parents of one child acked at once by two transactions update the
  * child's row one after the other (a row lock; READ COMMITTED re-reads
@@ -217,8 +217,11 @@ pgq_flow_release(Datum *ids, int n)
  * The jobs ids (a uuid[]) were removed by a cancel or purge of this
  * transaction (how: "cancelled", "purged"): their waiting descendants are
  * cancelled, recursively (archived as 'cancelled' when their queue keeps
- * an archive, last_error "ancestor job <id> was <how>"), and the edges of
- * all of them go.  Returns how many descendants.
+ * an archive, last_error "parent job <id> was <how>", the parent through
+ * which the cascade reached it: a root (how) or a descendant (cancelled)),
+ * and the edges of all of them go.  Returns how many descendants.  The
+ * walk follows edges (one row an edge, whatever the number of roots that
+ * reach it).
  *
  * In passes: a push that names a descendant holds its row FOR KEY SHARE,
  * so the DELETE of that descendant waits for the push to commit, but the
@@ -266,12 +269,12 @@ pgq_flow_cancel(Datum ids, const char *how)
 		nest = pgq_spi_connect();
 
 		if (pgq_execute_moving_latest(pgq_keep_plan(&plan_cancel,
-									   "WITH RECURSIVE d(id, root) AS ("
+									   "WITH RECURSIVE d(id, parent) AS ("
 									   "    SELECT e.child, e.parent FROM pgqueue.job_parents e"
 									   "     WHERE e.parent = ANY ($1)"
 									   "  UNION"
-									   "    SELECT e.child, d.root FROM pgqueue.job_parents e JOIN d ON e.parent = d.id),"
-									   " o AS (SELECT DISTINCT ON (d.id) d.id, d.root FROM d ORDER BY d.id, d.root),"
+									   "    SELECT e.child, e.parent FROM pgqueue.job_parents e JOIN d ON e.parent = d.id),"
+									   " o AS (SELECT DISTINCT ON (d.id) d.id, d.parent FROM d ORDER BY d.id, d.parent),"
 									   " a AS (SELECT pg_catalog.unnest($1) AS id UNION SELECT o.id FROM o),"
 									   " ep AS (DELETE FROM pgqueue.job_parents e"
 									   "         WHERE e.parent IN (SELECT a.id FROM a) RETURNING 1),"
@@ -283,7 +286,8 @@ pgq_flow_cancel(Datum ids, const char *how)
 									   "    AND (SELECT pg_catalog.count(*) FROM ec) >= 0"
 									   " RETURNING (SELECT s.retention FROM pgqueue.queues s WHERE s.queue = q.queue),"
 									   "   q.id, q.queue, q.priority, q.tries, q.created,"
-									   "   'ancestor job ' || o.root::text || ' was ' || $2,"
+									   "   'parent job ' || o.parent::text || ' was '"
+									   "     || CASE WHEN o.parent = ANY ($1) THEN $2 ELSE 'cancelled' END,"
 									   "   q.payload",
 									   2, types),
 						 args, NULL, true) != SPI_OK_DELETE_RETURNING)
@@ -311,6 +315,7 @@ pgq_flow_cancel(Datum ids, const char *how)
 		total += n;
 		args[0] = PointerGetDatum(construct_array(next, (int) n, UUIDOID, UUID_LEN, false,
 												  TYPALIGN_CHAR));
+		args[1] = CStringGetTextDatum("cancelled");	/* the roots: cancelled here */
 		CHECK_FOR_INTERRUPTS();
 	}
 	return total;
