@@ -60,7 +60,8 @@ database) and checks, from it alone:
     that had waited, since it was due, for over 5 s outside the times its
     queue was paused (from the pause to 1 s after the resume) and the
     scheduler was down (from a fault that stops it, terminated, killed or
-    server restarted, to 3 s after it).
+    server restarted, to 3 s after it).  A child of a flow is due from the
+    ack of its last parent (its run_after is its push's).
 14. drained: at the end, nothing in work_queue and only failed jobs in
     pgqueue.queue.
 15. bounded: pgqueue.queue + work_queue (with indexes and TOAST) under
@@ -1041,10 +1042,23 @@ def main():
                 cur = y
         return (b - a) - covered
 
+    # a child of a flow is due once its last parent's ack committed (its
+    # run_after is its push's: it may have waited for its parents long)
+    def became_due(jid, due):
+        for par in parents_of.get(jid, []):
+            t1 = [a['t1'] for a in acks_ok.get(par, []) + acks_maybe.get(par, [])]
+            if not t1:
+                return None     # a parent never acked: check R_FLOW's
+            due = max(due, min(t1))
+        return due
+
     n_due = 0
     worst_wait = 0.0
     for s in samples:
         for jid, q, due in s.get('due', []):
+            due = became_due(jid, due)
+            if due is None:
+                continue
             n_due += 1
             w = waited(q, due, s['t0'])
             worst_wait = max(worst_wait, w)
