@@ -28,12 +28,13 @@ PGFILEDESC = "pgqueue - durable job queue with an in-server scheduler"
 # pg_regress, isolation and TAP tests all run against private servers that
 # preload the library (test/regress.conf); see scripts/test.sh.
 REGRESS = setup push schedule claim lease ack_nack release configure stats \
-	security bad_input counters lighter_rows operate archive periodic slots job_max_tries rate_limit flows
+	security bad_input counters lighter_rows operate archive periodic slots job_max_tries rate_limit \
+	flows groups
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--temp-instance=$(CURDIR)/tmp_check_regress
 ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack dedup_race scan_hints schedule_bound \
 	scan_bounds cancel_vs_ack cancel_vs_claim cancel_vs_schedule retry_race cap_race schedule_refresh \
-	move_vs_ack job_move cancel_held_move rate_race flow_race flow_cancel_race
+	move_vs_ack job_move cancel_held_move rate_race flow_race flow_cancel_race group_race
 ISOLATION_OPTS = --temp-config=$(srcdir)/test/isolation.conf \
 	--temp-instance=$(CURDIR)/tmp_check_iso
 TAP_TESTS = 1

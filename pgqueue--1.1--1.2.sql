@@ -67,10 +67,22 @@ REVOKE ALL ON pgqueue.job_parents FROM PUBLIC;
 GRANT SELECT ON pgqueue.job_parents TO pgqueue_admin;
 
 /*
+ * Groups: a job's group_key (NULL: no group), set by pgq_push and
+ * pgq_push_batch.  Nullable, no default: adding it rewrites no row.  Only
+ * pgqueue.queue has it: the scheduler reads it there (work_queue's rows
+ * need it nowhere).
+ */
+ALTER TABLE pgqueue.queue ADD COLUMN group_key text;
+
+/*
  * Failed jobs page by (queue, id): every slot of pgqueue.queue attached
- * now gets its failed_idx on (queue, id) instead of (queue); the slots the
- * ring makes from now on get it too (src/ring.c, make_slot).  Slots the
- * ring retired (detached, waiting to be dropped) are no longer read.
+ * now gets its failed_idx on (queue, id) instead of (queue).  And its
+ * group_idx: the jobs of each group of a queue, those in flight (scheduled
+ * or retry: state = 'pending' false) first, then the pending ones in the
+ * order they run (src/schedule.c, the walk of a queue's groups); jobs
+ * without a group are not in it, so they pay no entry.  The slots the ring
+ * makes from now on get both too (src/ring.c, make_slot).  Slots the ring
+ * retired (detached, waiting to be dropped) are no longer read.
  */
 DO $$
 DECLARE
@@ -86,10 +98,15 @@ BEGIN
         SELECT c.relname INTO idx
           FROM pg_catalog.pg_class c
          WHERE c.oid = slot;
-        idx := idx || '_failed_idx';
-        EXECUTE pg_catalog.format('DROP INDEX IF EXISTS pgqueue.%I', idx);
+        EXECUTE pg_catalog.format('DROP INDEX IF EXISTS pgqueue.%I', idx || '_failed_idx');
         EXECUTE pg_catalog.format(
-            'CREATE INDEX %I ON %s (queue, id) WHERE state = ''failed''', idx, slot);
+            'CREATE INDEX %I ON %s (queue, id) WHERE state = ''failed''',
+            idx || '_failed_idx', slot);
+        EXECUTE pg_catalog.format(
+            'CREATE INDEX %I ON %s (queue, group_key, (state = ''pending''),'
+            ' (-(priority::bigint)), run_after, id)'
+            ' WHERE group_key IS NOT NULL AND state IN (''pending'', ''retry'', ''scheduled'')',
+            idx || '_group_idx', slot);
     END LOOP;
 END
 $$;
@@ -115,6 +132,18 @@ ALTER TABLE pgqueue.queues
     ALTER COLUMN rate_period SET NOT NULL;
 
 /*
+ * Groups: at most group_max_in_flight jobs of one group of the queue are
+ * scheduled, running or in retry at once (0: no limit); added as
+ * rate_limit is, so a fresh and an updated catalog are the same.
+ */
+ALTER TABLE pgqueue.queues
+    ADD COLUMN group_max_in_flight int CHECK (group_max_in_flight >= 0);
+UPDATE pgqueue.queues SET group_max_in_flight = 0;
+ALTER TABLE pgqueue.queues
+    ALTER COLUMN group_max_in_flight SET DEFAULT 0,
+    ALTER COLUMN group_max_in_flight SET NOT NULL;
+
+/*
  * The releases of each rate-limited queue in its last rate_period, in
  * buckets (src/rate.c), written by the scheduling passes in their own
  * transactions.  State of the scheduler, not data: pg_dump leaves its rows
@@ -129,7 +158,7 @@ CREATE TABLE pgqueue.rate_windows (
 REVOKE ALL ON pgqueue.rate_windows FROM PUBLIC;
 GRANT SELECT ON pgqueue.rate_windows TO pgqueue_admin;
 
-/* A job's own max_tries, else its queue's; the parents a waiting job waits for. */
+/* A job's own max_tries, else its queue's; the parents a waiting job waits for; its group (last: views only grow at the end). */
 CREATE OR REPLACE VIEW pgqueue.jobs AS
 SELECT q.id, q.queue,
        CASE WHEN w.id IS NULL THEN q.state::text
@@ -139,15 +168,16 @@ SELECT q.id, q.queue,
        coalesce(w.tries, q.tries) AS tries,
        coalesce(q.max_tries, s.max_tries, 5) AS max_tries,
        w.lock_key, w.lock_timeout, q.last_error, q.payload,
-       coalesce(q.waiting_for, 0) AS waiting_for
+       coalesce(q.waiting_for, 0) AS waiting_for, q.group_key
   FROM pgqueue.queue q
   LEFT JOIN pgqueue.work_queue w ON w.id = q.id
   LEFT JOIN pgqueue.queues s ON s.queue = q.queue;
 
 /*
- * pgq_push and pgq_push_batch gain max_tries and after, pgq_configure
- * rate_limit and rate_period, pgq_stats a column.  A function cannot gain an
- * argument or a column in place, and a second function beside the old one would make
+ * pgq_push and pgq_push_batch gain max_tries, after and group_key,
+ * pgq_configure rate_limit, rate_period and group_max_in_flight, pgq_stats
+ * a column.  A function cannot gain an argument or a column in place, and
+ * a second function beside the old one would make
  * every call that leaves the new argument out ambiguous; so they are
  * dropped and made again.  Privileges granted on them beyond the
  * extension's own (pgqueue_producer, pgqueue_admin) go with them: each is named in a
@@ -164,12 +194,12 @@ BEGIN
     FOR g IN
         SELECT f.sig, a.grantee, a.is_grantable
           FROM (VALUES ('pgq_push(text, jsonb, timestamptz, int, text)',
-                        'pgq_push(text, jsonb, timestamptz, int, text, int, uuid[])'),
+                        'pgq_push(text, jsonb, timestamptz, int, text, int, uuid[], text)'),
                        ('pgq_push_batch(text, jsonb[], timestamptz, int)',
-                        'pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[])'),
+                        'pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[], text)'),
                        ('pgq_stats()', 'pgq_stats()'),
                        ('pgq_configure(text, int, int, int, boolean, interval)',
-                        'pgq_configure(text, int, int, int, boolean, interval, int, interval)'))
+                        'pgq_configure(text, int, int, int, boolean, interval, int, interval, int)'))
                AS f(old, sig)
           JOIN pg_catalog.pg_proc p
             ON p.oid = pg_catalog.to_regprocedure(
@@ -210,7 +240,8 @@ CREATE FUNCTION pgq_push(queue text,
                          priority int DEFAULT 0,
                          dedup_key text DEFAULT NULL,
                          max_tries int DEFAULT NULL,
-                         after uuid[] DEFAULT NULL)
+                         after uuid[] DEFAULT NULL,
+                         group_key text DEFAULT NULL)
 RETURNS uuid
 AS 'MODULE_PATHNAME', 'pgq_push'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
@@ -220,17 +251,18 @@ CREATE FUNCTION pgq_push_batch(queue text,
                                run_after timestamptz DEFAULT NULL,
                                priority int DEFAULT 0,
                                max_tries int DEFAULT NULL,
-                               after uuid[] DEFAULT NULL)
+                               after uuid[] DEFAULT NULL,
+                               group_key text DEFAULT NULL)
 RETURNS SETOF uuid
 AS 'MODULE_PATHNAME', 'pgq_push_batch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
-REVOKE ALL ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int, uuid[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int, uuid[]) TO pgqueue_producer;
-GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[]) TO pgqueue_producer;
+REVOKE ALL ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int, uuid[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int, uuid[], text) TO pgqueue_producer;
+GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[], text) TO pgqueue_producer;
 
 CREATE FUNCTION pgq_configure(queue text,
                               weight int DEFAULT NULL,
@@ -239,15 +271,16 @@ CREATE FUNCTION pgq_configure(queue text,
                               paused boolean DEFAULT NULL,
                               retention interval DEFAULT NULL,
                               rate_limit int DEFAULT NULL,
-                              rate_period interval DEFAULT NULL)
+                              rate_period interval DEFAULT NULL,
+                              group_max_in_flight int DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'pgq_configure'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off;
 
-REVOKE ALL ON FUNCTION pgq_configure(text, int, int, int, boolean, interval, int, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgq_configure(text, int, int, int, boolean, interval, int, interval) TO pgqueue_admin;
+REVOKE ALL ON FUNCTION pgq_configure(text, int, int, int, boolean, interval, int, interval, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgq_configure(text, int, int, int, boolean, interval, int, interval, int) TO pgqueue_admin;
 
 /* pgq_stats gains waiting (last, so that 1.1's columns keep their places). */
 CREATE FUNCTION pgq_stats()

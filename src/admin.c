@@ -347,8 +347,11 @@ pgq_cancel(PG_FUNCTION_ARGS)
 														TYPALIGN_CHAR)),
 						"cancelled");
 
-	/* a place under the queue's max_in_flight is free at commit */
-	if (freed)
+	/*
+	 * A place under the queue's max_in_flight is free at commit; a job
+	 * cancelled in retry frees a place of its group (1.2)
+	 */
+	if (freed || done)
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
 	PG_RETURN_BOOL(done);
 }

@@ -270,6 +270,20 @@ pgq_after_arg(FunctionCallInfo fcinfo, int argno)
 	return after;
 }
 
+/*
+ * A job's group (1.2: argument argno of pgq_push and pgq_push_batch):
+ * NULL when absent or NULL.  At most
+ * PGQ_MAX_GROUP_BYTES bytes, not empty (an empty key is almost surely a
+ * caller's bug: NULL is "no group").
+ */
+static text *
+pgq_group_key_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	return pgq_checked_text_arg(fcinfo, argno, "group_key", PGQ_MAX_GROUP_BYTES);
+}
+
 /* The dedup push's INSERT, by layout: 1.0 into the table, 1.1 and 1.2 slot 0 */
 #define PUSH_DEDUP_SQL(TABLE, COLS, VALUES) \
 	"INSERT INTO pgqueue." TABLE " (id, queue, payload, run_after, priority, dedup_key" COLS ")" \
@@ -281,16 +295,17 @@ pgq_after_arg(FunctionCallInfo fcinfo, int argno)
 static const char *const push_dedup_sql[PGQ_NUM_LAYOUTS] = {
 	PUSH_DEDUP_SQL("queue", "", ""),
 	PUSH_DEDUP_SQL("queue_0", "", ""),
-	PUSH_DEDUP_SQL("queue_0", ", max_tries, waiting_for, state",
-				   ", $7, $8, $9::pgqueue.job_state")
+	PUSH_DEDUP_SQL("queue_0", ", max_tries, waiting_for, state, group_key",
+				   ", $7, $8, $9::pgqueue.job_state, $10")
 };
 
 /*
- * pgq_push(queue, payload, run_after, priority, dedup_key, max_tries, after)
- * returns uuid (1.1: no max_tries, no after)
+ * pgq_push(queue, payload, run_after, priority, dedup_key, max_tries, after,
+ *          group_key) returns uuid (1.1: the first five)
  *
- * Inserts a pending job, or a waiting one when some job of after is
- * unfinished (flow.c).  With a dedup_key, a live job with the same
+ * Inserts a pending job, of group group_key when not NULL, or a waiting
+ * one when some job of after is unfinished (flow.c).  With a dedup_key, a
+ * live job with the same
  * (queue, dedup_key) wins and its id is returned instead (its own
  * max_tries and parents unchanged).
  */
@@ -305,10 +320,11 @@ pgq_push(PG_FUNCTION_ARGS)
 	int32		slot = 0;		/* where it went: jobs with a dedup_key, slot 0 */
 	int32		max_tries = pgq_max_tries_arg(fcinfo, 5);
 	ArrayType  *after = pgq_after_arg(fcinfo, 6);
+	text	   *group_key = pgq_group_key_arg(fcinfo, 7);
 	ArrayType  *parents = NULL;
 	int			nparents = 0;
-	Datum		args[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		args[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			attempt;
 
 	pgq_require(fcinfo, 1, "payload");
@@ -343,18 +359,20 @@ pgq_push(PG_FUNCTION_ARGS)
 	 * EXTENSION (see STATS_WAITING_COUNT).
 	 */
 	args[8] = CStringGetTextDatum(nparents > 0 ? "waiting" : "pending");
+	args[9] = PointerGetDatum(group_key);
+	nulls[9] = group_key ? ' ' : 'n';
 
 	if (dedup_key == NULL)
 	{
 		slot = pgq_push_job(id, queue, payload, !PG_ARGISNULL(2),
 					 PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
-					 PG_GETARG_INT32(3), max_tries, nparents);
+					 PG_GETARG_INT32(3), max_tries, nparents, group_key);
 		result = id;
 	}
 	else
 	{
-		Oid			types[9] = {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, TEXTOID,
-		INT4OID, INT4OID, TEXTOID};
+		Oid			types[10] = {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, INT4OID, TEXTOID,
+		INT4OID, INT4OID, TEXTOID, TEXTOID};
 		Oid			ftypes[2] = {TEXTOID, TEXTOID};
 		SPIPlanPtr	plan;
 		SPIPlanPtr	find;
@@ -376,10 +394,10 @@ pgq_push(PG_FUNCTION_ARGS)
 		 * there (ring.c moves rows into it, never out): its unique index
 		 * covers every one of them.
 		 */
-		if ((max_tries > 0 || nparents > 0) && layout < PGQ_V12)
-			elog(ERROR, "pgqueue.queue has no max_tries column");
+		if ((max_tries > 0 || nparents > 0 || group_key != NULL) && layout < PGQ_V12)
+			elog(ERROR, "pgqueue.queue has no max_tries, waiting_for or group_key column");
 		plan = pgq_keep_plan(&plan_push_dedup[layout], push_dedup_sql[layout],
-							 layout == PGQ_V12 ? 9 : 6, types);
+							 layout == PGQ_V12 ? 10 : 6, types);
 		find = pgq_keep_plan(&plan_find_dedup[slotted],
 							 slotted ?
 							 "SELECT id FROM pgqueue.queue_0"
@@ -440,7 +458,7 @@ pgq_push(PG_FUNCTION_ARGS)
 
 /*
  * pgq_push_batch(queue, payloads jsonb[], run_after, priority, max_tries,
- * after) returns setof uuid (1.1: no max_tries, no after)
+ *                after, group_key) returns setof uuid (1.1: the first four)
  *
  * Inserts one job per payload (jobs.c, in one write), each waiting for the
  * unfinished jobs of after (flow.c), and returns their ids in the order of
@@ -463,6 +481,7 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 	ArrayType  *after = pgq_after_arg(fcinfo, 5);
 	ArrayType  *parents = NULL;
 	int			nparents = 0;
+	text	   *group_key = pgq_group_key_arg(fcinfo, 6);
 
 	pgq_require(fcinfo, 1, "payloads");
 	payloads = PG_GETARG_ARRAYTYPE_P(1);
@@ -506,7 +525,7 @@ pgq_push_batch(PG_FUNCTION_ARGS)
 		parents = pgq_flow_lock_parents(after, &nparents);
 	slot = pgq_push_jobs(idvals, elems, n, queue, !PG_ARGISNULL(2),
 						 PG_ARGISNULL(2) ? 0 : PG_GETARG_TIMESTAMPTZ(2),
-						 PG_GETARG_INT32(3), max_tries, nparents);
+						 PG_GETARG_INT32(3), max_tries, nparents, group_key);
 	if (nparents > 0)
 		pgq_flow_link(parents, idvals, n);
 
@@ -846,11 +865,13 @@ pgq_optional_int_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 static const char *const configure_sql[PGQ_NUM_LAYOUTS] = {
 	CONFIGURE_SQL("", "", ""),
 	CONFIGURE_SQL(", retention", ", coalesce($6, '0')", ", retention = coalesce($6, s.retention)"),
-	CONFIGURE_SQL(", retention, rate_limit, rate_period",
-				  ", coalesce($6, '0'), coalesce($7, 0), coalesce($8, '1 second')",
+	CONFIGURE_SQL(", retention, rate_limit, rate_period, group_max_in_flight",
+				  ", coalesce($6, '0'), coalesce($7, 0), coalesce($8, '1 second'),"
+				  "  coalesce($9, 0)",
 				  ", retention = coalesce($6, s.retention),"
 				  "  rate_limit = coalesce($7, s.rate_limit),"
-				  "  rate_period = coalesce($8, s.rate_period)")
+				  "  rate_period = coalesce($8, s.rate_period),"
+				  "  group_max_in_flight = coalesce($9, s.group_max_in_flight)")
 };
 
 /* Bounds of rate_period (pgq_configure, 1.2). */
@@ -859,22 +880,24 @@ static const char *const configure_sql[PGQ_NUM_LAYOUTS] = {
 
 /*
  * pgq_configure(queue, weight, max_in_flight, max_tries, paused
- *               [, retention [, rate_limit, rate_period]]) returns void
+ *               [, retention [, rate_limit, rate_period, group_max_in_flight]])
+ * returns void
  *
  * Creates or updates the queue's settings row; NULL keeps a setting.  The
  * 1.1 function has a sixth argument, retention (0 to 365 days), and makes
  * the archive partitions its jobs will go to over the next day.  The 1.2
  * function has rate_limit (0: none) and rate_period (10 ms to 1 day, no
  * months): the scheduler releases at most rate_limit jobs of the queue in
- * any window of rate_period (rate.c).
+ * any window of rate_period (rate.c), and group_max_in_flight (0: none):
+ * at most that many jobs of one group of the queue in flight (schedule.c).
  */
 Datum
 pgq_configure(PG_FUNCTION_ARGS)
 {
-	Oid			types[8] = {TEXTOID, INT4OID, INT4OID, INT4OID, BOOLOID, INTERVALOID,
-	INT4OID, INTERVALOID};
-	Datum		args[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', 'n', 'n', 'n'};
+	Oid			types[9] = {TEXTOID, INT4OID, INT4OID, INT4OID, BOOLOID, INTERVALOID,
+	INT4OID, INTERVALOID, INT4OID};
+	Datum		args[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', 'n', 'n', 'n', 'n'};
 	PgqLayout	layout = PG_NARGS() > 7 ? PGQ_V12 : PG_NARGS() > 5 ? PGQ_V11 : PGQ_V10;
 	int64		retention = 0;
 
@@ -903,11 +926,14 @@ pgq_configure(PG_FUNCTION_ARGS)
 			args[7] = PG_GETARG_DATUM(7);
 			nulls[7] = ' ';
 		}
+		if (PG_NARGS() > 8)
+			pgq_optional_int_arg(fcinfo, 8, "group_max_in_flight", 0, PG_INT32_MAX,
+								 &args[8], &nulls[8]);
 	}
 
 	SPI_connect();
 	if (SPI_execute_plan(pgq_keep_plan(&plan_configure[layout], configure_sql[layout],
-									   layout == PGQ_V12 ? 8 : layout == PGQ_V11 ? 6 : 5,
+									   layout == PGQ_V12 ? 9 : layout == PGQ_V11 ? 6 : 5,
 									   types),
 						 args, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "configure failed");

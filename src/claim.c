@@ -870,6 +870,9 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 	}
 	if (stolen + fresh > 0)
 		pgq_bound_lower_at_commit(PGQ_BOUND_LEASE, pgq_time_key(min_lease));
+	/* jobs failed on their last try free places (max_in_flight, groups) */
+	if (failed > 0)
+		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
 	return stolen + fresh;
 }
 

@@ -22,6 +22,7 @@
 /* Limits on user input; documented in docs/sql-reference.md ("Limits and errors"). */
 #define PGQ_MAX_NAME_BYTES		128		/* queue names */
 #define PGQ_MAX_KEY_BYTES		256		/* lock_key, dedup_key */
+#define PGQ_MAX_GROUP_BYTES		256		/* group_key (1.2) */
 #define PGQ_MAX_ITEMS			10000	/* max_items of claim/schedule */
 #define PGQ_MAX_QUEUES_FILTER	100		/* elements of pgq_claim(queues) */
 #define PGQ_MAX_BATCH			10000	/* payloads of pgq_push_batch */

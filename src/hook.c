@@ -109,6 +109,7 @@ static bool pgq_loads_tables(Node *parsetree);
 static void pgq_restore_begins(void);
 static void pgq_restore_slot_columns(AlterTableStmt *stmt);
 static bool pgq_restore_failed_index(IndexStmt *stmt);
+static void pgq_restore_group_index(const char *rel);
 static const char *pgq_database_command(Node *parsetree, const char **what);
 static bool pgq_may_run(Node *parsetree, const char *dbname);
 static int	pgq_hold_schedulers(Node *parsetree, const char *dbname,
@@ -142,6 +143,7 @@ pgq_process_utility(PlannedStmt *pstmt, const char *queryString,
 	int			dbindexes[PGQ_MAX_DATABASES];
 	pid_t		pids[PGQ_MAX_DATABASES];
 	int			nheld = 0;
+	const char *group_index_of = NULL;
 
 	switch (nodeTag(parsetree))
 	{
@@ -168,6 +170,8 @@ pgq_process_utility(PlannedStmt *pstmt, const char *queryString,
 					id->nulls_ordering = SORTBY_NULLS_DEFAULT;
 					((IndexStmt *) parsetree)->indexParams =
 						lappend(((IndexStmt *) parsetree)->indexParams, id);
+					/* and 1.2's group_idx, which the dump has not */
+					group_index_of = ((IndexStmt *) parsetree)->relation->relname;
 				}
 			}
 			break;
@@ -187,6 +191,8 @@ pgq_process_utility(PlannedStmt *pstmt, const char *queryString,
 	{
 		pgq_next_utility(pstmt, queryString, readOnlyTree, context,
 						 params, queryEnv, dest, qc);
+		if (group_index_of != NULL)
+			pgq_restore_group_index(group_index_of);
 		return;
 	}
 	PG_TRY();
@@ -328,7 +334,8 @@ pgq_restore_begins(void)
  * Columns that an update after 1.1 added to pgqueue.queue and
  * pgqueue.work_queue, all nullable without a default (pgqueue--1.1--1.2.sql).
  */
-static const char *const pgq_later_columns[] = {"max_tries", "waiting_for", "has_children"};
+static const char *const pgq_later_columns[] = {"max_tries", "waiting_for", "has_children",
+	"group_key"};
 
 /*
  * A dump of an older version restored into this one: the dump's slots (and
@@ -425,6 +432,34 @@ pgq_restore_failed_index(IndexStmt *stmt)
 					stmt->idxname, rel),
 			 errdetail("The dump comes from pgqueue 1.1, whose failed jobs' index is on (queue) alone.")));
 	return true;
+}
+
+/*
+ * After the failed jobs' index of a slot restored from a 1.1 dump
+ * (pgq_restore_failed_index): the slot's group_idx, which 1.2 has in every
+ * slot (pgqueue--1.1--1.2.sql, ring.c) and the dump has not.  Without it
+ * the scheduler would not see the groups' jobs of the slot.
+ */
+static void
+pgq_restore_group_index(const char *rel)
+{
+	Oid			nsp = get_namespace_oid("pgqueue", true);
+	char	   *idx = psprintf("%s_group_idx", rel);
+	Oid			parent;
+	int			nest;
+
+	if (!OidIsValid(nsp) || OidIsValid(get_relname_relid(idx, nsp)))
+		return;
+	parent = get_relname_relid("queue", nsp);
+	if (!OidIsValid(parent) || get_attnum(parent, "group_key") == InvalidAttrNumber)
+		return;
+	nest = pgq_spi_connect();
+	if (pgq_spi_ddl(pgq_group_index_ddl(rel)) != SPI_OK_UTILITY)
+		elog(ERROR, "could not make index %s", idx);
+	pgq_spi_finish(nest);
+	ereport(LOG,
+			(errmsg("pgqueue: index \"%s\" made for the restored slot \"pgqueue.%s\"", idx, rel),
+			 errdetail("The dump comes from pgqueue 1.1, whose slots have no index of groups.")));
 }
 
 /* ----------------------------------------------------------------

@@ -63,6 +63,7 @@ pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s)
 	s->max_tries = PGQ_DEFAULT_MAX_TRIES;
 	s->paused = false;
 	s->retention = 0;
+	s->group_max_in_flight = 0;
 
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   idx->rd_indcollation[0], F_TEXTEQ, queue);
@@ -90,6 +91,8 @@ pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s)
 				s->paused = DatumGetBool(v);
 			else if (strcmp(name, "retention") == 0)
 				s->retention = pgq_interval_usecs(v);
+			else if (strcmp(name, "group_max_in_flight") == 0)
+				s->group_max_in_flight = DatumGetInt32(v);
 		}
 	}
 	index_endscan(scan);
@@ -110,12 +113,13 @@ pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s)
  * NULL (has_run_after false): due at the transaction's start, as "DEFAULT
  * now()".  max_tries > 0: the jobs' own limit of tries (1.2; 0: their
  * queue's).  waiting_for > 0: the jobs wait for that many parents
- * (flow.c; 1.2), in the state 'waiting'.
+ * (flow.c; 1.2), in the state 'waiting'.  group_key: their group (1.2;
+ * NULL: none).
  */
 int32
 pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 			  bool has_run_after, TimestampTz run_after, int32 priority,
-			  int32 max_tries, int32 waiting_for)
+			  int32 max_tries, int32 waiting_for, text *group_key)
 {
 	PgqWrite	w;
 	PgqTable   *t;
@@ -154,6 +158,8 @@ pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 		SETCOL(PGQ_COL_MAX_TRIES, Int32GetDatum(max_tries));
 	if (waiting_for > 0)
 		SETCOL(PGQ_COL_WAITING_FOR, Int32GetDatum(waiting_for));
+	if (group_key != NULL)
+		SETCOL(PGQ_COL_GROUP_KEY, PointerGetDatum(group_key));
 	for (i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -173,12 +179,12 @@ pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 int32
 pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload, bool has_run_after,
 			 TimestampTz run_after, int32 priority, int32 max_tries,
-			 int32 waiting_for)
+			 int32 waiting_for, text *group_key)
 {
 	Datum		d = JsonbPGetDatum(payload);
 
 	return pgq_push_jobs(id, &d, 1, queue, has_run_after, run_after, priority,
-						 max_tries, waiting_for);
+						 max_tries, waiting_for, group_key);
 }
 
 /* ----------------------------------------------------------------
@@ -301,8 +307,8 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 		job = w.job;
 		pgq_queue_settings(pgq_get(job, job->found, PGQ_COL_QUEUE, &isnull),
 						   w.snapshot, &s);
-		/* a place under max_in_flight is free */
-		if (s.max_in_flight > 0)
+		/* a place under max_in_flight, or its group's, is free */
+		if (s.max_in_flight > 0 || s.group_max_in_flight > 0)
 			wake_scheduler = true;
 		/* the queue keeps an archive (1.1; archive.c) */
 		if (s.retention > 0)
@@ -442,7 +448,8 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 		return NULL;
 	pgq_count(PGQ_NACKED, 1);
 	pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
-	if (s.max_in_flight > 0)
+	/* failed: a place is free; retry: its group may take it (schedule.c) */
+	if (s.max_in_flight > 0 || s.group_max_in_flight > 0)
 		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
 	if (a.failed)
 	{

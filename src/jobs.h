@@ -69,15 +69,16 @@ typedef struct PgqQueueSettings
 	int32		max_tries;
 	bool		paused;
 	int64		retention;		/* usecs; 0: no archive */
+	int32		group_max_in_flight;	/* 1.2; 0: no limit */
 } PgqQueueSettings;
 
 extern void pgq_queue_settings(Datum queue, Snapshot snapshot, PgqQueueSettings *s);
 extern int32 pgq_push_job(pg_uuid_t *id, text *queue, Jsonb *payload,
 						  bool has_run_after, TimestampTz run_after, int32 priority,
-						  int32 max_tries, int32 waiting_for);
+						  int32 max_tries, int32 waiting_for, text *group_key);
 extern int32 pgq_push_jobs(pg_uuid_t *ids, Datum *payloads, int n, text *queue,
 						  bool has_run_after, TimestampTz run_after, int32 priority,
-						  int32 max_tries, int32 waiting_for);
+						  int32 max_tries, int32 waiting_for, text *group_key);
 extern bool pgq_extend_job(Datum id, text *key, Datum lease, TimestampTz *deadline);
 extern int	pgq_ack_jobs(Datum *ids, int n, text *key);
 extern const char *pgq_nack_job(Datum id, text *key, text *error,

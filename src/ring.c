@@ -722,6 +722,24 @@ ring_ddl(const char *sql)
  * calls go on).  Not a member of the extension: pg_dump dumps it with its
  * rows and its attachment, as the archive's partitions.  Returns its OID.
  */
+/*
+ * The CREATE INDEX of slot pgqueue.<slot>'s group_idx (1.2): the jobs of
+ * each group of a queue, those in flight (scheduled, retry) first, then the
+ * pending ones in the order they run (schedule.c, the walk of a queue's
+ * groups).  As pgqueue--1.1--1.2.sql makes it in the slots it finds.
+ */
+char *
+pgq_group_index_ddl(const char *slot)
+{
+	return psprintf("CREATE INDEX %s ON pgqueue.%s"
+					" (queue, group_key, (state = 'pending'),"
+					" (-(priority::bigint)), run_after, id)"
+					" WHERE group_key IS NOT NULL"
+					" AND state IN ('pending', 'retry', 'scheduled')",
+					quote_identifier(psprintf("%s_group_idx", slot)),
+					quote_identifier(slot));
+}
+
 static Oid
 make_slot(Oid nsp, int r, int32 s)
 {
@@ -758,6 +776,9 @@ make_slot(Oid nsp, int r, int32 s)
 		ring_ddl(psprintf("CREATE INDEX %s ON pgqueue.%s (queue%s) WHERE state = 'failed'",
 						  quote_identifier(psprintf("%s_failed_idx", t)), qt,
 						  v12 ? ", id" : ""));
+		/* 1.2: the jobs of each group, in flight first (pgqueue--1.1--1.2.sql) */
+		if (get_attnum(pgq_relid(nsp, parent), "group_key") != InvalidAttrNumber)
+			ring_ddl(pgq_group_index_ddl(t));
 	}
 	ring_ddl(psprintf("ALTER TABLE pgqueue.%s ATTACH PARTITION pgqueue.%s"
 							  " FOR VALUES IN (%d)", parent, qt, s));

@@ -60,6 +60,7 @@
 #include <float.h>
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relscan.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -77,6 +78,7 @@
 #include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -138,6 +140,17 @@ typedef struct QueueState
 	TimestampTz first_later;	/* this pass: the earliest row not yet due */
 	uint64		cursor_pass;	/* the pass these four belong to */
 	bool		mark;			/* seen by pgq_refresh_all */
+	int32		group_max_in_flight;	/* 1.2: its groups' limit; 0: none */
+	bool		was_grouped;	/* pgq_load_settings: grouped before it */
+	char	   *gcursor;		/* the group served last (TopMemoryContext);
+								 * NULL: the jobs without a group */
+	uint64		gpass;			/* the pass these six belong to */
+	bool		glocked;		/* this pass: its pass lock is held */
+	bool		gidle;			/* this pass: a turn without a take began */
+	char	   *gidle_key;		/* ... at this group (NULL: no group) */
+	bool		gwrapped;		/* ... and went past the last group since */
+	bool		gblocked;		/* this pass: a due job left for the next */
+	TimestampTz gfirst_later;	/* this pass: the earliest grouped row not due */
 } QueueState;
 
 /* The process's view; reset when the tables are not the ones it knew. */
@@ -163,6 +176,8 @@ typedef struct PassRels
 	PgqWrite	w;
 	Relation	ready_idx[PGQ_MAX_SLOTS];	/* queue_ready_idx of slot i */
 	Relation	sched_idx[PGQ_MAX_SLOTS];	/* queue_scheduled_idx of slot i */
+	Relation	group_idx[PGQ_MAX_SLOTS];	/* queue_group_idx of slot i (1.2) */
+	bool		group_missing[PGQ_MAX_SLOTS];	/* slot i has none */
 	int64		entries_base[PGQ_MAX_SLOTS];	/* ready_idx's entries read at open */
 } PassRels;
 
@@ -225,7 +240,16 @@ pgq_view_reset(Oid relid)
 	HASHCTL		ctl;
 
 	if (queues != NULL)
+	{
+		HASH_SEQ_STATUS seq;
+		QueueState *q;
+
+		hash_seq_init(&seq, queues);
+		while ((q = hash_seq_search(&seq)) != NULL)
+			if (q->gcursor != NULL)
+				pfree(q->gcursor);
 		hash_destroy(queues);
+	}
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = PGQ_MAX_NAME_BYTES + 1;
 	ctl.entrysize = sizeof(QueueState);
@@ -308,6 +332,9 @@ pgq_queue(const char *name, bool *is_new)
 		q->rate_pass = 0;
 		q->cursor_pass = 0;
 		q->mark = false;
+		q->group_max_in_flight = 0;
+		q->gcursor = NULL;
+		q->gpass = 0;
 	}
 	return q;
 }
@@ -350,6 +377,8 @@ pgq_load_settings(PassRels *r)
 		q->paused = false;
 		q->rate_limit = 0;
 		q->rate_period = USECS_PER_SEC;
+		q->was_grouped = q->group_max_in_flight > 0;
+		q->group_max_in_flight = 0;
 	}
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{
@@ -359,6 +388,8 @@ pgq_load_settings(PassRels *r)
 		bool		paused = false;
 		int32		rate_limit = 0;
 		int64		rate_period = USECS_PER_SEC;
+		int32		group_max = 0;
+		bool		is_new;
 		int			i;
 
 		slot_getallattrs(slot);
@@ -381,15 +412,20 @@ pgq_load_settings(PassRels *r)
 				rate_limit = DatumGetInt32(slot->tts_values[i]);
 			else if (strcmp(col, "rate_period") == 0)
 				rate_period = pgq_interval_usecs(slot->tts_values[i]);
+			else if (strcmp(col, "group_max_in_flight") == 0)
+				group_max = DatumGetInt32(slot->tts_values[i]);
 		}
 		if (name == NULL || strlen(name) > PGQ_MAX_NAME_BYTES)
 			continue;
-		q = pgq_queue(name, NULL);
+		q = pgq_queue(name, &is_new);
+		if (is_new)
+			q->was_grouped = false;
 		q->weight = Max(weight, 1);
 		q->max_in_flight = cap;
 		q->paused = paused;
 		q->rate_limit = Max(rate_limit, 0);
 		q->rate_period = Max(rate_period, 1);
+		q->group_max_in_flight = Max(group_max, 0);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);
@@ -403,6 +439,20 @@ pgq_load_settings(PassRels *r)
 	hash_seq_init(&seq, queues);
 	while ((q = hash_seq_search(&seq)) != NULL)
 	{
+		/*
+		 * A queue no longer grouped: its walk of queue_ready_idx passed the
+		 * rows of its groups (pgq_take_one), which are its own again.
+		 */
+		if (q->was_grouped && q->group_max_in_flight == 0)
+		{
+			q->head.np = PG_INT64_MIN;
+			q->head.ra = DT_NOBEGIN;
+			q->head.has_id = false;
+			q->slots = PGQ_ALL_SLOTS;
+			if (q->where == Q_LATER)
+				pgq_unplace(q);
+		}
+		q->was_grouped = q->group_max_in_flight > 0;
 		if (q->where == Q_READY)
 		{
 			if (q->paused)
@@ -469,6 +519,15 @@ pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads)
 		q->mark = true;
 		if (q->where == Q_IDLE || q->where == Q_LATER)
 			pgq_make_ready(q);
+		/*
+		 * A grouped queue's head is past the rows of its groups (the walk
+		 * of its groups serves them): it bounds nothing.
+		 */
+		if (q->group_max_in_flight > 0)
+		{
+			lowest.hi = PG_INT64_MIN;
+			lowest.lo = DT_NOBEGIN;
+		}
 		if (q->head.np < lowest.hi || (q->head.np == lowest.hi && q->head.ra < lowest.lo))
 		{
 			lowest.hi = q->head.np;
@@ -484,8 +543,12 @@ pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads)
 			continue;
 		pgq_unplace(q);
 		if (q->finish <= vtime && q->weight == 1 && q->max_in_flight == 0 && !q->paused &&
-			q->rate_limit == 0)
+			q->rate_limit == 0 && q->group_max_in_flight == 0)
+		{
+			if (q->gcursor != NULL)
+				pfree(q->gcursor);
 			(void) hash_search(queues, q->name, HASH_REMOVE, NULL);
+		}
 	}
 	return lowest;
 }
@@ -932,6 +995,22 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 				pgq_walk_next(sw);
 				continue;
 			}
+
+			/*
+			 * A grouped queue's rows of a group are served by the walk of
+			 * its groups (pgq_take_grouped): passed, as gone.
+			 */
+			if (q->group_max_in_flight > 0)
+			{
+				(void) pgq_get(job, job->found, PGQ_COL_GROUP_KEY, &isnull);
+				if (!isnull)
+				{
+					if (!head_fixed)
+						q->head = pos;
+					pgq_walk_next(sw);
+					continue;
+				}
+			}
 			sw->saw_ready = true;
 
 			if (pos.ra > now)
@@ -1076,6 +1155,348 @@ pgq_ready_due(TimestampTz now)
 	}
 }
 
+/* ----------------------------------------------------------------
+ * Groups (1.2): a queue with group_max_in_flight > 0
+ *
+ * Its jobs of a group (group_key not NULL) are served by the walk of its
+ * groups, one turn a group, in the order of group_key from the group
+ * served last (q->gcursor), wrapping around to the jobs without a group,
+ * which take their turn as one group among the others (through
+ * pgq_take_one, whose walk of queue_ready_idx passes the rows of groups).
+ * A turn takes a group's next job: a due job in retry (it already holds
+ * its place), else its first due pending job in order (priority, then
+ * due time, then id) when fewer than group_max_in_flight of its jobs are
+ * scheduled or in retry.  A pass goes round the groups until a whole round
+ * took nothing; so a group's backlog delays another group's next job by
+ * one turn, whatever its size.
+ *
+ * A group's jobs in flight are counted at each turn in queue_group_idx
+ * (queue, group_key, state = 'pending', -priority, run_after, id), where
+ * they come first: a descent per slot reads them, then the group's first
+ * pending jobs.  Only passes put jobs in flight (a pending job becomes
+ * scheduled); acks, nacks, cancels, failures and steals only take them out
+ * or keep them.  So the count is right when it is read with a snapshot
+ * taken once the pass holds the queue's pass lock (pgq_try_queue_lock, as
+ * for max_in_flight: specs/cap_race.spec, specs/group_race.spec): every
+ * pass that put a job of the queue in flight has committed or is this
+ * one; a job leaving meanwhile is counted once more (its place is taken at
+ * the next pass, which its commit wakes).  This pass's own takes are seen
+ * as the rows it updated (their old version, pending, is still the one its
+ * snapshot sees): counted in flight too.
+ * ----------------------------------------------------------------
+ */
+
+/* Index queue_group_idx of queue's slot i, opened now; NULL if it has none. */
+static Relation
+pgq_group_index(PassRels *r, int i)
+{
+	if (r->group_idx[i] == NULL && !r->group_missing[i])
+	{
+		PgqTable   *t = pgq_job_slot(&r->w, i);
+		char	   *name = psprintf("%s_group_idx", RelationGetRelationName(t->rel));
+
+		/* a slot restored from an older dump may lack it (hook.c makes it) */
+		if (!OidIsValid(get_relname_relid(name, RelationGetNamespace(t->rel))))
+			r->group_missing[i] = true;
+		else
+			r->group_idx[i] = index_open(pgq_slot_index_relid(t->rel, "group_idx"),
+										 AccessShareLock);
+		pfree(name);
+	}
+	return r->group_idx[i];
+}
+
+/*
+ * Whether the visible row in slot was updated by this transaction in this
+ * command: a row this pass took (its update is not visible to the pass's
+ * snapshots, the old version is).
+ */
+static bool
+pgq_taken_here(TupleTableSlot *slot)
+{
+	bool		should_free;
+	HeapTuple	tup = ExecFetchSlotHeapTuple(slot, false, &should_free);
+	HeapTupleHeader h = tup->t_data;
+	bool		mine;
+
+	mine = !(h->t_infomask & HEAP_XMAX_INVALID) &&
+		!(h->t_infomask & HEAP_XMAX_IS_MULTI) &&
+		!HEAP_XMAX_IS_LOCKED_ONLY(h->t_infomask) &&
+		TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmax(h));
+	if (should_free)
+		heap_freetuple(tup);
+	return mine;
+}
+
+/*
+ * The first group of queue qname after group after (NULL: the first), in
+ * every slot's queue_group_idx, from the index tuples alone (a group whose
+ * entries are all dead may be found too: its turn takes nothing); NULL when
+ * none.  *collp: the collation of group_key there.
+ */
+static text *
+pgq_next_group(PassRels *r, text *qname, text *after, Oid *collp)
+{
+	text	   *best = NULL;
+	Oid			coll = InvalidOid;
+	int			i;
+
+	for (i = 0; i < r->w.jobs_view.n; i++)
+	{
+		Relation	idx = pgq_group_index(r, i);
+		PgqTable   *t;
+		IndexScanDesc scan;
+		ScanKeyData keys[2];
+		int			nkeys = 1;
+
+		if (idx == NULL)
+			continue;
+		t = pgq_job_slot(&r->w, i);
+		coll = idx->rd_indcollation[1];
+		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   idx->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(qname));
+		if (after != NULL)
+		{
+			ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterStrategyNumber, InvalidOid,
+								   coll, F_TEXT_GT, PointerGetDatum(after));
+			nkeys = 2;
+		}
+		scan = pgq_index_beginscan(t->rel, idx, GetActiveSnapshot(), nkeys, 0);
+		scan->xs_want_itup = true;
+		index_rescan(scan, keys, nkeys, NULL, 0);
+		if (index_getnext_tid(scan, ForwardScanDirection) != NULL)
+		{
+			bool		isnull;
+			Datum		g = index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull);
+
+			if (!isnull &&
+				(best == NULL ||
+				 DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, coll, g,
+													   PointerGetDatum(best))) < 0))
+				best = DatumGetTextPCopy(g);
+		}
+		index_endscan(scan);
+	}
+	if (OidIsValid(coll))
+		*collp = coll;
+	return best;
+}
+
+/* A row of a group's walk that a turn may take. */
+typedef struct GroupPick
+{
+	bool		has;
+	int			slot;			/* index in the view */
+	ItemPointerData tid;
+	QueuePos	pos;
+} GroupPick;
+
+static void
+pgq_group_pick(GroupPick *p, int slot, TupleTableSlot *row, const QueuePos *pos)
+{
+	if (p->has && pgq_row_cmp(&p->pos, pos) <= 0)
+		return;
+	p->has = true;
+	p->slot = slot;
+	p->tid = row->tts_tid;
+	p->pos = *pos;
+}
+
+/*
+ * Group gkey's turn in grouped queue q: take its due job in retry, else
+ * its first due pending job when it has room.  Returns whether it took one.
+ * The caller holds the queue's pass lock.
+ */
+static bool
+pgq_take_group(PassRels *r, QueueState *q, text *qname, text *gkey, TimestampTz now,
+			   int32 order, const PassStates *states)
+{
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	Oid			scheduled = DatumGetObjectId(states->scheduled);
+	int64		in_flight = 0;
+	GroupPick	retry;
+	GroupPick	pending;
+	GroupPick  *pick = NULL;
+	bool		took = false;
+	int			i;
+
+	retry.has = pending.has = false;
+	pgq_walks_close();			/* the slots' found rows are this walk's now */
+	for (i = 0; i < r->w.jobs_view.n; i++)
+	{
+		Relation	idx = pgq_group_index(r, i);
+		PgqTable   *t;
+		IndexScanDesc scan;
+		ScanKeyData keys[2];
+
+		if (idx == NULL)
+			continue;
+		t = pgq_job_slot(&r->w, i);
+		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   idx->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(qname));
+		ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+							   idx->rd_indcollation[1], F_TEXTEQ, PointerGetDatum(gkey));
+		scan = pgq_index_beginscan(t->rel, idx, snap, 2, 0);
+		index_rescan(scan, keys, 2, NULL, 0);
+		while (index_getnext_slot(scan, ForwardScanDirection, t->found))
+		{
+			bool		isnull;
+			Oid			state = DatumGetObjectId(pgq_get(t, t->found, PGQ_COL_STATE, &isnull));
+			QueuePos	pos;
+			bool		mine;
+
+			pos.np = -(int64) DatumGetInt32(pgq_get(t, t->found, PGQ_COL_PRIORITY, &isnull));
+			pos.ra = DatumGetTimestampTz(pgq_get(t, t->found, PGQ_COL_RUN_AFTER, &isnull));
+			memcpy(&pos.id, DatumGetUUIDP(pgq_get(t, t->found, PGQ_COL_ID, &isnull)),
+				   sizeof(pg_uuid_t));
+			pos.has_id = true;
+			mine = pgq_taken_here(t->found);
+			if (state == scheduled)
+				in_flight++;
+			else if (state == states->retry)
+			{
+				in_flight++;
+				if (mine)
+					continue;
+				if (pos.ra <= now)
+					pgq_group_pick(&retry, i, t->found, &pos);
+				else
+					q->gfirst_later = Min(q->gfirst_later, pos.ra);
+			}
+			else if (state == states->pending)
+			{
+				if (mine)
+				{
+					in_flight++;	/* taken by this pass */
+					continue;
+				}
+				if (pos.ra > now)
+				{
+					q->gfirst_later = Min(q->gfirst_later, pos.ra);
+					continue;
+				}
+				/* the slot's first due pending job: the rest wait behind it */
+				pgq_group_pick(&pending, i, t->found, &pos);
+				break;
+			}
+			CHECK_FOR_INTERRUPTS();
+		}
+		index_endscan(scan);
+		ExecClearTuple(t->found);
+	}
+
+	if (retry.has)
+		pick = &retry;			/* it holds its place already */
+	else if (pending.has && in_flight < q->group_max_in_flight)
+		pick = &pending;
+	else if (pending.has)
+		q->gblocked = true;		/* full: again when a place is free */
+
+	if (pick != NULL)
+	{
+		PgqTable   *t = pgq_job_slot(&r->w, pick->slot);
+		TM_Result	res = TM_Invisible;
+
+		if (table_tuple_fetch_row_version(t->rel, &pick->tid, snap, t->found))
+			res = pgq_take_row(r, t, qname, now, order, states);
+		ExecClearTuple(t->found);
+		if (res == TM_Ok)
+			took = true;
+		else
+			q->gblocked = true; /* held or changed: the next pass looks again */
+	}
+	UnregisterSnapshot(snap);
+	return took;
+}
+
+/*
+ * Take the next job of grouped queue q (q->group_max_in_flight > 0): the
+ * turns of its groups from the one after the group served last, until one
+ * takes a job or a whole round took none (see above).  As pgq_take_one,
+ * sets q->next_due when it took none: 0 when a group had a due job it
+ * could not take now (full, held by another transaction, or the queue's
+ * pass lock held by another pass), else when the first job not yet due is.
+ */
+static bool
+pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
+				 const PassStates *states)
+{
+	text	   *qname = cstring_to_text(q->name);
+	TimestampTz null_due = DT_NOEND;
+	Oid			coll = DEFAULT_COLLATION_OID;
+
+	if (q->gpass != pass_count)
+	{
+		int32		h = DatumGetInt32(DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID,
+															  PointerGetDatum(qname)));
+
+		q->gpass = pass_count;
+		q->glocked = pgq_try_queue_lock(PGQ_CAP_LOCK_KEY, h);
+		q->gidle = false;
+		q->gidle_key = NULL;
+		q->gblocked = false;
+		q->gfirst_later = DT_NOEND;
+	}
+	if (!q->glocked)
+	{
+		/* another open pass puts this queue's jobs in flight */
+		q->next_due = 0;
+		return false;
+	}
+
+	for (;;)
+	{
+		text	   *pos;
+		bool		took;
+
+		/* the group after the one served last; after the last, no group */
+		pos = pgq_next_group(r, qname,
+							 q->gcursor == NULL ? NULL : cstring_to_text(q->gcursor), &coll);
+		/*
+		 * A whole round took nothing: back at (or past: its jobs may have
+		 * gone meanwhile) the group where the round began.
+		 */
+		if (!q->gidle)
+		{
+			q->gidle = true;
+			q->gidle_key = pos == NULL ? NULL : text_to_cstring(pos);
+			q->gwrapped = false;
+		}
+		else if (pos == NULL)
+		{
+			if (q->gwrapped || q->gidle_key == NULL)
+				break;
+			q->gwrapped = true;
+		}
+		else if (q->gwrapped &&
+				 (q->gidle_key == NULL ||
+				  DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, coll, PointerGetDatum(pos),
+														CStringGetTextDatum(q->gidle_key))) >= 0))
+			break;
+		if (q->gcursor != NULL)
+			pfree(q->gcursor);
+		q->gcursor = pos == NULL ? NULL : MemoryContextStrdup(TopMemoryContext,
+															  text_to_cstring(pos));
+		if (pos == NULL)
+		{
+			took = pgq_take_one(r, q, now, order, states);
+			if (!took)
+				null_due = q->next_due;
+		}
+		else
+			took = pgq_take_group(r, q, qname, pos, now, order, states);
+		if (took)
+		{
+			q->gidle = false;
+			return true;
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	pgq_walks_close();
+	q->next_due = q->gblocked ? 0 : Min(q->gfirst_later, null_due);
+	return false;
+}
+
 /*
  * Take up to max_items jobs, each from the queue of the smallest tag in the
  * ready heap, which gets its next tag (fair queuing: see the file's
@@ -1127,7 +1548,9 @@ pgq_take_by_tag(PassRels *r, TimestampTz now, int max_items, const PassStates *s
 			continue;
 		}
 		start = q->start;
-		if (!pgq_take_one(r, q, now, moved + 1, states))
+		if (!(q->group_max_in_flight > 0 ?
+			  pgq_take_grouped(r, q, now, moved + 1, states) :
+			  pgq_take_one(r, q, now, moved + 1, states)))
 		{
 			if (q->next_due != DT_NOEND)
 			{
@@ -1195,6 +1618,8 @@ pgq_schedule_pass(int max_items)
 	cur = r.w.job;
 	memset(r.ready_idx, 0, sizeof(r.ready_idx));
 	memset(r.sched_idx, 0, sizeof(r.sched_idx));
+	memset(r.group_idx, 0, sizeof(r.group_idx));
+	memset(r.group_missing, 0, sizeof(r.group_missing));
 
 	/*
 	 * No row of a slot is older than its low (ring.c: claims begin a slot's
@@ -1312,6 +1737,8 @@ pgq_schedule_pass(int max_items)
 			index_close(r.ready_idx[i], NoLock);
 		if (r.sched_idx[i] != NULL)
 			index_close(r.sched_idx[i], NoLock);
+		if (r.group_idx[i] != NULL)
+			index_close(r.group_idx[i], NoLock);
 	}
 	pgq_write_end(&r.w);
 

@@ -62,6 +62,7 @@ typedef enum PgqCol
 	PGQ_COL_MAX_TRIES,			/* 1.2 */
 	PGQ_COL_WAITING_FOR,		/* 1.2, pgqueue.queue only */
 	PGQ_COL_HAS_CHILDREN,		/* 1.2, pgqueue.queue only */
+	PGQ_COL_GROUP_KEY,			/* 1.2, pgqueue.queue only */
 	PGQ_NUM_COLS
 } PgqCol;
 
@@ -173,6 +174,7 @@ extern bool pgq_ring_shrink_wanted(void);
 extern void pgq_ring_shrink(void);
 extern bool pgq_ring_stats_flush_wanted(void);
 extern void pgq_ring_forget(void);
+extern char *pgq_group_index_ddl(const char *slot);
 
 /*
  * retire.c: a partition made at run time is retired (detached, made a

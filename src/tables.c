@@ -67,7 +67,7 @@ static const char *const pgq_col_names[PGQ_NUM_COLS] = {
 	"id", "queue", "created", "version", "tries", "state", "priority",
 	"run_after", "payload", "dedup_key", "last_error", "batch_order",
 	"started", "lock_key", "lock_timeout", "slot", "max_tries",
-	"waiting_for", "has_children"
+	"waiting_for", "has_children", "group_key"
 };
 
 static void pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti,
