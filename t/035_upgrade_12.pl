@@ -212,6 +212,18 @@ SELECT count(*),
   LEFT JOIN pg_class x ON x.relname = c.relname || '_failed_idx' AND x.relnamespace = c.relnamespace
  WHERE i.inhparent = 'pgqueue.queue'::regclass};
 
+# the attached slots of pgqueue.queue whose group_idx (1.2) is missing or
+# not the one ring.c makes
+my $group_idx_sql = q{
+SELECT count(*),
+       coalesce(string_agg(c.relname || ': ' || coalesce(pg_get_indexdef(x.oid), 'none'), '; ')
+                  FILTER (WHERE pg_get_indexdef(x.oid) IS DISTINCT FROM
+                          format('CREATE INDEX %I ON pgqueue.%I USING btree (queue, group_key, ((state = ''pending''::pgqueue.job_state)), ((- (priority)::bigint)), run_after, id) WHERE ((group_key IS NOT NULL) AND (state = ANY (ARRAY[''pending''::pgqueue.job_state, ''retry''::pgqueue.job_state, ''scheduled''::pgqueue.job_state])))',
+                                 c.relname || '_group_idx', c.relname)), '')
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+  LEFT JOIN pg_class x ON x.relname = c.relname || '_group_idx' AND x.relnamespace = c.relnamespace
+ WHERE i.inhparent = 'pgqueue.queue'::regclass};
+
 sub check_slots
 {
 	my ($db, $what) = @_;
@@ -222,6 +234,8 @@ sub check_slots
 	}
 	my ($n, $bad) = split /\|/, $node->safe_psql($db, $failed_idx_sql), -1;
 	is($bad, '', "$what: failed_idx on (queue, id) in each of the $n attached slots of pgqueue.queue");
+	($n, $bad) = split /\|/, $node->safe_psql($db, $group_idx_sql), -1;
+	is($bad, '', "$what: group_idx in each of the $n attached slots of pgqueue.queue");
 }
 
 # lost jobs: 'scheduled' without a work_queue row, checked once the
@@ -652,6 +666,10 @@ SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 	is(log_count($node, qr/column "max_tries" added to the restored slot/, $offset), $slots,
 		'the column was added to each of them before its ATTACH (logged)');
 	check_slots('restored', 'the restored database');
+	is(log_count($node, qr/index "queue_[0-9]+_group_idx" made for the restored slot/, $offset),
+		$rq->(q{SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		         WHERE i.inhparent = 'pgqueue.queue'::regclass AND c.relname !~ '_0$'}),
+		'the group_idx of each restored slot of pgqueue.queue was made (logged)');
 	# no scheduler in this database: pgq_schedule does its passes
 	my $held = $rq->(q{SELECT id FROM pgqueue.work_queue WHERE lock_key = 'holder'});
 	is($rq->("SELECT tries FROM pgqueue.work_queue WHERE id = '$held'"), '2',
@@ -781,14 +799,14 @@ GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int) TO bat
 	is($ret, 0, 'with privileges granted on pgq_push and pgq_push_batch, the update succeeds');
 	is($dq->($version), '1.2', 'at 1.2');
 	like($err,
-		qr/WARNING:  pgqueue 1\.2: the EXECUTE privilege of pusher on pgq_push\(text, jsonb, timestamptz, int, text, int, uuid\[\]\) is not kept by the update/,
+		qr/WARNING:  pgqueue 1\.2: the EXECUTE privilege of pusher on pgq_push\(text, jsonb, timestamptz, int, text, int, uuid\[\], text\) is not kept by the update/,
 		'a WARNING names pusher\'s privilege') or diag($err);
 	my ($hint) = $err =~ /HINT:  (After the update: GRANT EXECUTE ON FUNCTION pgq_push\(text[^\n]*;)/;
-	is($hint, 'After the update: GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int, uuid[]) TO pusher;',
+	is($hint, 'After the update: GRANT EXECUTE ON FUNCTION pgq_push(text, jsonb, timestamptz, int, text, int, uuid[], text) TO pusher;',
 		'its HINT holds the GRANT to run again');
 	my ($hint_b) = $err =~ /HINT:  (After the update: GRANT EXECUTE ON FUNCTION pgq_push_batch[^\n]*;)/;
 	is($hint_b,
-		'After the update: GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[]) TO batcher WITH GRANT OPTION;',
+		'After the update: GRANT EXECUTE ON FUNCTION pgq_push_batch(text, jsonb[], timestamptz, int, int, uuid[], text) TO batcher WITH GRANT OPTION;',
 		'and batcher\'s, WITH GRANT OPTION');
 	like($as->('pusher', q{SELECT pgq_push('granted', '{}')}), qr/permission denied/,
 		'until it is run, pusher cannot push');

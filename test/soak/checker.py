@@ -51,6 +51,10 @@ database) and checks, from it alone:
     before; 0 = no cap; the second before t1 covers a pass that read the
     cap just before it changed).  So lowering a cap below the rows in
     flight is legitimate and their number may only fall until under it.
+12c. groups (1.2): no sample showed more jobs of one group of a grouped
+    queue in flight (scheduled, running or in retry) than its
+    group_max_in_flight (the soak never changes it).  Each sample counts
+    in one snapshot, so a count over the limit is a committed state.
 13. not stuck (work_queue): no sample showed a work_queue row claimable (never claimed,
     released, or its lease run out) since time s while a claim that could
     take it (its queues filter included the job's queue) started at
@@ -883,6 +887,26 @@ def main():
     check('max_in_flight never exceeded by a pass', p,
           '%d samples; %d with a capped queue at its cap; largest count grown to while capped %s' % (
               len(samples), at_cap, dict(peak)))
+
+    # --- 12c. groups (1.2) ----------------------------------------------------
+    p = []
+    grouped = {q: s['group_max_in_flight'] for q, s in queues_start.items()
+               if s.get('group_max_in_flight')}
+    peak = collections.Counter()
+    seen = 0
+    for s in samples:
+        for q, limit in sorted(grouped.items()):
+            n = (s.get('grp') or {}).get(q)
+            if n is None:
+                continue
+            seen += 1
+            peak[q] = max(peak[q], n)
+            if n > limit:
+                p.append('%s: %d jobs of one group in flight at %.3f, group_max_in_flight %d' % (
+                    q, n, s['t0'], limit))
+    check('group_max_in_flight never exceeded', p,
+          '%d samples of a grouped queue with a job in flight; most of one group seen %s' % (
+              seen, dict(peak)))
 
     # --- 12b. rate limits (1.2) ------------------------------------------------
     # The releases of a rate-limited queue: the created time of each work

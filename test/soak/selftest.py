@@ -189,6 +189,16 @@ def main():
                     return
         raise LookupError('no sample under a stable cap')
 
+    @mutation('a group with two jobs in flight under group_max_in_flight = 1',
+              'group_max_in_flight never exceeded')
+    def _(h):
+        for s in [e for e in h if e['ev'] == 'sample']:
+            if (s.get('grp') or {}).get('soak_group'):
+                h.append(dict(s, grp=dict(s['grp'], soak_group=2),
+                              t0=s['t0'] + 0.01, t1=s['t1'] + 0.01))
+                return
+        raise LookupError('no sample with a job of a group in flight')
+
     @mutation('a claimable row missed by an empty claim',
               'no job stuck in work_queue while consumers were idle')
     def _(h):

@@ -47,7 +47,8 @@ when the client sent the call and when it had the answer):
             work_queue rows claimable (never claimed, released, or lease
             run out) since `since` (server time) for over a second;
             due [[id, q, run_after]...]: jobs of the uncapped queues due for
-            over 5 s and not scheduled
+            over 5 s and not scheduled; grp {queue: the most jobs of one
+            group in flight}: the grouped queues (1.2)
   sizes     bytes and live rows of the tables
   phase     name: run | drain | final
   final_job / final_work / final_archive / final_queue / final_done:
@@ -82,9 +83,14 @@ QUEUES = {
     # 1.2: flows (the flow producer: a parent, children after it, a fan-in
     # after them); tries enough that no parent fails
     'soak_flow': dict(weight=1, max_in_flight=0, max_tries=20),
+    # 1.2: groups of one job in flight at a time (GROUPS keys, and jobs
+    # without a group)
+    'soak_group': dict(weight=1, max_in_flight=0, max_tries=5, group_max_in_flight=1),
 }
 CAPPED = ['soak_cap3', 'soak_cap5']
 RATED = ['soak_rate']
+GROUPED = ['soak_group']
+GROUPS = ['g%d' % i for i in range(8)]
 # a job's "work": a row written in the transaction of its ack
 DONE_SQL = 'INSERT INTO soak_done (id, holder) VALUES (%s, %s)'
 LEASES = [1, 2, 3]     # seconds
@@ -212,10 +218,11 @@ class Soak:
                     conn = self.connect('soak-producer-%d' % n, self.stop_producers)
                 except psycopg.Error:
                     continue
-            q = rng.choices(list(QUEUES), weights=[4, 2, 2, 2, 1, 1])[0]
+            q = rng.choices(list(QUEUES), weights=[4, 2, 2, 2, 1, 1, 2])[0]
             if kind == 'flow':
                 q = 'soak_flow'
             parents = {}
+            group = rng.choice(GROUPS + [None]) if q in GROUPED else None
             prio = rng.choice([0, 0, 0, 1, 5, -3])
             delay = round(rng.uniform(0.1, 3.0), 2) if rng.random() < 0.15 else None
             dedup = None
@@ -248,8 +255,8 @@ class Soak:
                         payloads = [json.dumps({'p': n, 'n': seq, 'i': i}) for i in range(k)]
                         cur.execute(
                             'SELECT pgq_push_batch(%s, %s::jsonb[], '
-                            'clock_timestamp() + make_interval(secs => %s), %s)',
-                            (q, payloads, delay or 0, prio))
+                            'clock_timestamp() + make_interval(secs => %s), %s, group_key => %s)',
+                            (q, payloads, delay or 0, prio, group))
                         ids = [str(r[0]) for r in cur.fetchall()]
                     else:
                         if kind == 'dedup':
@@ -262,9 +269,10 @@ class Soak:
                             cur.execute(
                                 'SELECT pgq_push(%s, %s::jsonb, '
                                 'CASE WHEN %s::float8 IS NULL THEN NULL '
-                                'ELSE clock_timestamp() + make_interval(secs => %s) END, %s, %s)',
+                                'ELSE clock_timestamp() + make_interval(secs => %s) END, %s, %s, '
+                                'group_key => %s)',
                                 (q, json.dumps({'p': n, 'n': seq, 'i': i}), delay, delay or 0,
-                                 prio, dedup))
+                                 prio, dedup, group))
                             ids.append(str(cur.fetchone()[0]))
             except psycopg.Error as e:
                 # nothing was committed: the COMMIT was never sent
@@ -280,7 +288,7 @@ class Soak:
             except psycopg.Error:
                 status = 'error'
             self.h.write('push', ids=ids, q=q, by=n, kind=kind, prio=prio, delay=delay,
-                         dedup=dedup, status=status, t0=t0, t1=time.time(),
+                         dedup=dedup, group=group, status=status, t0=t0, t1=time.time(),
                          **({'parents': parents} if parents else {}))
             if status != 'ok':
                 self.close(conn)
@@ -659,11 +667,19 @@ class Soak:
                     "SELECT id::text, queue, extract(epoch FROM run_after) FROM pgqueue.queue "
                     " WHERE state IN ('pending', 'retry') AND queue = ANY(%s) "
                     "   AND run_after < clock_timestamp() - interval '5 seconds' LIMIT 100",
-                    ([q for q in self.queues if q not in CAPPED and q not in RATED],)).fetchall()
+                    ([q for q in self.queues
+                      if q not in CAPPED and q not in RATED and q not in GROUPED],)).fetchall()
+                # the most jobs of one group in flight (scheduled, running
+                # or in retry), by grouped queue
+                grp = dict(conn.execute(
+                    "SELECT queue, max(n) FROM (SELECT queue, group_key, count(*) AS n "
+                    "  FROM pgqueue.queue WHERE queue = ANY(%s) AND group_key IS NOT NULL "
+                    "   AND state IN ('scheduled', 'retry') GROUP BY queue, group_key) g "
+                    " GROUP BY queue", (GROUPED,)).fetchall())
                 conn.commit()
                 t1 = time.time()
                 self.h.write('sample', wq=wq, claimable=[[i, q, float(s)] for i, q, s in cl],
-                             due=[[i, q, float(s)] for i, q, s in due], t0=t0, t1=t1)
+                             due=[[i, q, float(s)] for i, q, s in due], grp=grp, t0=t0, t1=t1)
                 if t1 - last_sizes >= self.a.sizes_interval:
                     last_sizes = t1
                     rows = conn.execute(
