@@ -324,7 +324,7 @@ function createServer(opts) {
 		}
 		const cursor = decodeCursor(query.get('after'));
 		const client = await pool.connect();
-		let q, page, retention, rate;
+		let q, page, retention, rate, groups;
 		try {
 			// one snapshot for the counts and the page
 			await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
@@ -336,6 +336,11 @@ function createServer(opts) {
 			if (ctx.features.rate_limit) {
 				const r = await client.query(Q.RATE, [name]);
 				rate = r.rows.length ? r.rows[0] : null;
+			}
+			if (ctx.features.groups) {
+				const l = await client.query(Q.GROUP_LIMIT, [name]);
+				const g = await client.query(Q.GROUPS, [name, 20]);
+				groups = { limit: l.rows.length ? Number(l.rows[0].group_max_in_flight) : 0, rows: g.rows };
 			}
 			if (list === null) list = firstListWithJobs(q, retention);
 			page = await Q.listPage(client, list, name, cursor, limit);
@@ -356,7 +361,7 @@ function createServer(opts) {
 		const tabs = lists.filter((l) => (l !== 'archive' || keepsArchive(retention) || list === 'archive') &&
 			(l !== 'waiting' || Number(q.waiting) > 0 || q.waiting_capped || list === 'waiting'));
 		return send(res, 200, P.queuePage(ctx, known ? q : null, list, page, {
-			cap: opts.countCap, limit, lists: tabs, retention, rate, queue: name,
+			cap: opts.countCap, limit, lists: tabs, retention, rate, groups, queue: name,
 			firstHref: base,
 			nextHref: page.next ? `${base}&after=${encodeCursor(page.next)}` : null,
 		}));

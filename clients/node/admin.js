@@ -107,13 +107,16 @@ const SETTINGS = {
   retention: ['retention', 'interval', interval, '1.1'],
   rateLimit: ['rate_limit', 'int', (v) => v, '1.2'],
   ratePeriod: ['rate_period', 'interval', interval, '1.2'],
+  groupMaxInFlight: ['group_max_in_flight', 'int', (v) => v, '1.2'],
 };
 
 /**
  * pgq_configure(queue, ...) with the settings given, by name (a setting left
  * out, undefined or null, stays as it is): weight, maxInFlight (0: no cap),
  * maxTries, paused, retention (seconds, or an interval's text; pgqueue 1.1),
- * rateLimit (0: no limit) and ratePeriod (as retention; pgqueue 1.2).  Only
+ * rateLimit (0: no limit) and ratePeriod (as retention; pgqueue 1.2),
+ * groupMaxInFlight (at most that many jobs of one group in flight, the
+ * groups served in turn; 0: no limit; pgqueue 1.2).  Only
  * the settings given are sent, so a call without the newer ones works on an
  * older pgqueue; with them, such a server's 42883 is said as
  * NeedsNewerExtension naming the version they need.
@@ -130,7 +133,14 @@ export async function configure(client, queue, settings = {}) {
     names.push(`${arg} => $${values.length}::${type}`);
     if (version !== '1.0' && (needs == null || version > needs)) needs = version;
   }
-  const what = { '1.1': 'configure with a retention', '1.2': 'configure with a rateLimit or ratePeriod' }[needs];
+  // the 1.2 settings given: rate limits, groups, or both
+  const groups = settings.groupMaxInFlight != null;
+  const rates = settings.rateLimit != null || settings.ratePeriod != null;
+  const what = {
+    '1.1': 'configure with a retention',
+    '1.2': groups ? (rates ? 'configure with a rateLimit, ratePeriod or groupMaxInFlight'
+      : 'configure with a groupMaxInFlight') : 'configure with a rateLimit or ratePeriod',
+  }[needs];
   await query(client, what ?? 'configure', `SELECT pgq_configure(${['$1', ...names].join(', ')})`, values, needs ?? '1.1');
 }
 

@@ -40,6 +40,11 @@ export interface PushOptions {
    * with NeedsNewerExtension. For pushBatch, every job of the batch waits for all of them.
    */
   after?: Iterable<string> | null;
+  /**
+   * The job's group (pgqueue 1.2): in a queue with groupMaxInFlight, at most that many jobs of a
+   * group run at once, in order. Empty or over 256 bytes: the server rejects it (code 22023).
+   */
+  groupKey?: string | null;
 }
 
 /**
@@ -255,6 +260,8 @@ export interface QueueSettings {
   rateLimit?: number | null;
   /** The rateLimit's window: seconds, or an interval's text ('1 minute'); 10 ms to 1 day, no months; default 1 second (pgqueue 1.2). */
   ratePeriod?: number | string | null;
+  /** At most this many jobs of one group (push's groupKey) in flight at once, the groups served in turn; 0 removes the limit (pgqueue 1.2). */
+  groupMaxInFlight?: number | null;
 }
 
 /** One row per queue with jobs or settings, by queue name. */

@@ -95,32 +95,26 @@ let nextKeyNumber = 0;
 
 const seconds = (s) => (s == null ? null : `${Number(s)} seconds`);
 
-// pgq_push's and pgq_push_batch's max_tries and after (pgqueue 1.2), by name
-// and only when given: a push without them works on pgqueue 1.0 and 1.1 as
-// before; with them, such a server answers 42883 (no such function), said
-// as NeedsNewerExtension.  Below 1 (max_tries), over 1,000 ids (after) the
-// server's 22023 comes through as it is.
-async function pushQuery(client, fn, args, values, maxTries, after) {
-  const named = [];
-  const given = [];
-  const extra = [];
-  if (maxTries != null) {
-    extra.push(maxTries);
-    named.push(`max_tries => $${values.length + extra.length}::int`);
-    given.push('maxTries');
-  }
-  if (after != null) {
-    extra.push(parents(after));
-    named.push(`after => $${values.length + extra.length}::uuid[]`);
-    given.push('after');
-  }
-  const text = `SELECT ${fn}(${[args, ...named].join(', ')}) AS id`;
-  if (given.length === 0) return client.query(text, values);
+// pgq_push's and pgq_push_batch's max_tries, after and group_key (pgqueue
+// 1.2), by name and only when given: a push without them works on pgqueue
+// 1.0 and 1.1 as before; with them, such a server answers 42883 (no such
+// function), said as NeedsNewerExtension.  The server's 22023 (maxTries
+// below 1, after over 1,000 ids, groupKey empty or over 256 bytes) comes
+// through as it is.
+async function pushQuery(client, what, fn, args, values, maxTries, after, groupKey) {
+  const named = [['max_tries', 'int', maxTries, 'maxTries'],
+    ['after', 'uuid[]', after == null ? null : parents(after), 'after'],
+    ['group_key', 'text', groupKey, 'groupKey']]
+    .filter(([, , v]) => v != null);
+  if (named.length === 0) return client.query(`SELECT ${fn}(${args}) AS id`, values);
+  const sql = named.map(([name, type], i) => `, ${name} => $${values.length + 1 + i}::${type}`).join('');
   try {
-    return await client.query(text, [...values, ...extra]);
+    return await client.query(`SELECT ${fn}(${args}${sql}) AS id`,
+      [...values, ...named.map(([, , v]) => v)]);
   } catch (err) {
-    const what = `${fn === 'pgq_push' ? 'push' : 'pushBatch'} with ${given.join(' and ')}`;
-    if (err?.code === '42883') throw await needsNewer(client, what, '1.2', err);
+    if (err?.code === '42883') {
+      throw await needsNewer(client, `${what} with ${named.map(([, , , opt]) => opt).join(' and ')}`, '1.2', err);
+    }
     throw err;
   }
 }
@@ -138,25 +132,30 @@ function parents(after) {
  * waiting, and it becomes pending when the last of them is acked.
  */
 export async function push(client, queue, payload = {}, options = {}) {
-  const { runAfter = null, delay = null, priority = 0, dedupKey = null, maxTries = null, after = null } = options;
-  const res = await pushQuery(client, 'pgq_push',
+  const { runAfter = null, delay = null, priority = 0, dedupKey = null, maxTries = null,
+    after = null, groupKey = null } = options;
+  const res = await pushQuery(client, 'push', 'pgq_push',
     '$1, $2::jsonb, coalesce($3::timestamptz, now() + $4::interval), $5, $6',
-    [queue, JSON.stringify(payload ?? {}), runAfter, seconds(delay), priority, dedupKey], maxTries, after);
+    [queue, JSON.stringify(payload ?? {}), runAfter, seconds(delay), priority, dedupKey], maxTries,
+    after, groupKey);
   return res.rows[0].id;
 }
 
 /**
  * Push one job per payload; resolves to their ids in payload order.
- * options.maxTries and options.after apply to every job of the batch.
+ * options.maxTries, options.after and options.groupKey apply to every job
+ * of the batch.
  */
 export async function pushBatch(client, queue, payloads, options = {}) {
-  const { runAfter = null, delay = null, priority = 0, maxTries = null, after = null } = options;
+  const { runAfter = null, delay = null, priority = 0, maxTries = null, after = null,
+    groupKey = null } = options;
   const items = Array.from(payloads, (p) => JSON.stringify(p ?? {}));
   const ids = [];
   for (let i = 0; i < items.length; i += BATCH_LIMIT) {
-    const res = await pushQuery(client, 'pgq_push_batch',
+    const res = await pushQuery(client, 'pushBatch', 'pgq_push_batch',
       '$1, $2::jsonb[], coalesce($3::timestamptz, now() + $4::interval), $5',
-      [queue, items.slice(i, i + BATCH_LIMIT), runAfter, seconds(delay), priority], maxTries, after);
+      [queue, items.slice(i, i + BATCH_LIMIT), runAfter, seconds(delay), priority], maxTries,
+      after, groupKey);
     for (const row of res.rows) ids.push(row.id);
   }
   return ids;

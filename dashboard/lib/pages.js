@@ -145,8 +145,18 @@ function clip(s) {
 	return s.length > 200 ? `${s.slice(0, 200)}…` : s;
 }
 
+// A queue's groups (1.2): the busiest, with their jobs in flight and waiting.
+function groupsTable(groups) {
+	if (groups === undefined || groups.rows.length === 0) return '';
+	const total = Number(groups.rows[0].groups);
+	const rows = groups.rows.map((g) => html`<tr data-group="${g.group_key}"><td>${g.group_key}</td><td class="n" data-col="in_flight">${g.in_flight}</td><td class="n" data-col="pending">${g.pending}</td></tr>`);
+	return html`<h2>Groups <span class="count" id="groups-count">${total}</span></h2>
+<table id="groups"><thead><tr><th>group</th><th class="n">in flight</th><th class="n">pending</th></tr></thead>
+<tbody>${rows}</tbody></table>${total > rows.length ? html`<p class="muted">the ${rows.length} busiest of ${total} groups</p>` : ''}`;
+}
+
 function queuePage(ctx, q, list, page, opts) {
-	const { cap, limit, lists, retention, rate, nextHref, firstHref } = opts;
+	const { cap, limit, lists, retention, rate, groups, nextHref, firstHref } = opts;
 	const counts = q ? shownCounts(q, cap) : {};
 	const name = opts.queue;
 	const tabs = lists.map((l) => html`<a class="tab${l === list ? ' current' : ''}" href="${url`/queues/${name}`}?list=${l}&amp;limit=${limit}" data-list="${l}">${LIST_TITLES[l]}${counts[l] !== undefined ? html` <span class="count">${counts[l]}</span>` : ''}</a>`);
@@ -158,8 +168,9 @@ function queuePage(ctx, q, list, page, opts) {
 <dt>paused</dt><dd data-setting="paused">${q.paused ? 'yes' : 'no'}</dd>
 ${retention !== undefined ? html`<dt>retention</dt><dd>${retention === null || retention === '00:00:00' ? 'none (no archive)' : retention}</dd>` : ''}
 ${rate !== undefined ? html`<dt>rate limit</dt><dd data-setting="rate">${rate === null || Number(rate.rate_limit) === 0 ? 'none' : `${rate.rate_limit} per ${rate.rate_period}`}</dd>` : ''}
+${groups !== undefined ? html`<dt>max in flight per group</dt><dd data-setting="groups">${groups.limit === 0 ? 'none' : groups.limit}</dd>` : ''}
 <dt>oldest ready</dt><dd>${age(q.oldest_age)}</dd>
-</dl>` : '';
+</dl>${groupsTable(groups)}` : '';
 
 	let actions = '';
 	if (ctx.canAct && q) {

@@ -393,6 +393,9 @@ SELECT e.extversion AS version, n.nspname AS schema, current_user AS role,
        EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                 WHERE attrelid = 'pgqueue.queues'::regclass AND attname = 'rate_limit'
                   AND NOT attisdropped) AS rate_limit,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                WHERE attrelid = 'pgqueue.queues'::regclass AND attname = 'group_max_in_flight'
+                  AND NOT attisdropped) AS groups,
        pg_catalog.to_regprocedure(pg_catalog.quote_ident(n.nspname) || '.pgq_retry(uuid)') IS NOT NULL AS operate,
        coalesce(pg_catalog.has_table_privilege(pg_catalog.to_regclass('pgqueue.job_parents'), 'SELECT'),
                 false) AS flows
@@ -403,6 +406,25 @@ const RETENTION = `SELECT s.retention::text AS retention FROM pgqueue.queues s W
 
 /* A queue's rate limit (1.2): 0 or no row, none. */
 const RATE = `SELECT s.rate_limit, s.rate_period::text AS rate_period FROM pgqueue.queues s WHERE s.queue = $1`;
+
+/* A queue's limit per group (1.2): 0 or no row, none. */
+const GROUP_LIMIT = `SELECT s.group_max_in_flight FROM pgqueue.queues s WHERE s.queue = $1`;
+
+/*
+ * A queue's groups (1.2), those with the most jobs in flight (scheduled,
+ * running or in retry) first, then the most waiting: at most $2 of them,
+ * and how many groups there are in all.
+ */
+const GROUPS = `
+SELECT g.group_key, g.in_flight, g.pending, count(*) OVER () AS groups
+  FROM (SELECT q.group_key,
+               count(*) FILTER (WHERE q.state IN ('scheduled', 'retry')) AS in_flight,
+               count(*) FILTER (WHERE q.state = 'pending') AS pending
+          FROM pgqueue.queue q
+         WHERE q.queue = $1 AND q.group_key IS NOT NULL AND q.state <> 'failed'
+         GROUP BY q.group_key) g
+ ORDER BY g.in_flight DESC, g.pending DESC, g.group_key
+ LIMIT $2`;
 
 /*
  * The actions, each one call of the pgqueue API (never a write to its
@@ -425,5 +447,5 @@ function actionSql(schema, action) {
 module.exports = {
 	LISTS, segmentSql, listPage, BadRequest,
 	OVERVIEW, OVERVIEW_FLOWS, QUEUE_ONE, QUEUE_ONE_FLOWS, countersSql, JOB, JOB_FLOWS, PARENTS, CHILDREN_OF,
-	ARCHIVED_JOB, FEATURES, RETENTION, RATE, actionSql,
+	ARCHIVED_JOB, FEATURES, RETENTION, RATE, GROUP_LIMIT, GROUPS, actionSql,
 };

@@ -10,6 +10,7 @@
 # Debian's chromium and nodejs/npm, and the npm packages of dashboard/.
 #
 #   DASHBOARD_TEST_PORT  first of four ports it uses (default 5910)
+#   DASHBOARD_TEST_PARENT where its directory (data, socket) is made (default /tmp)
 #   DASHBOARD_BIG_JOBS   jobs in the queue whose page load is measured
 #                        (default 1000000)
 #   DASHBOARD_SCREENSHOT where to copy the screenshot it takes (docs/operations.md's is
@@ -42,7 +43,7 @@ log "npm ci ($(node --version))"
 # --- a private server ----------------------------------------------------------
 BIN=$("$PG_CONFIG" --bindir)
 [ -x "$BIN/postgres" ] || fail "no postgres in $BIN"
-TMP=$(mktemp -d /tmp/pgq-dashboard-test.XXXXXX)
+TMP=$(mktemp -d "${DASHBOARD_TEST_PARENT:-/tmp}/pgq-dashboard-test.XXXXXX")
 chmod 755 "$TMP"
 chown postgres: "$TMP"
 stop() {

@@ -196,6 +196,7 @@ const NEEDS = {
 	failedIndex: 'index on failed jobs (queue_failed_idx)',
 	rateLimit: 'rate limits (pgqueue 1.2)',
 	flows: 'flows (pgqueue 1.2: pgqueue.job_parents)',
+	groups: 'groups (pgqueue 1.2)',
 };
 
 let admin;	// the dashboard with actions, as dash_admin
@@ -845,6 +846,24 @@ test(`page loads with ${BIG.toLocaleString('en-US')} jobs in one queue (printed,
 	await page.context().close();
 });
 
+test('a queue\'s page shows its groups with their jobs in flight', ['groups'], async () => {
+	await sql(`SELECT pgq_configure('grouped', group_max_in_flight => 1)`);
+	await sql(`SELECT count(pgq_push('grouped', jsonb_build_object('n', n), group_key => 'g' || (n % 3)))
+	             FROM generate_series(1, 9) n`);
+	await sql(`SELECT pgq_schedule(1000)`);
+	const page = await newPage();
+	await page.goto(`${admin.base}/queues/grouped`);
+	assert.equal(await page.locator('[data-setting="groups"]').textContent(), '1');
+	assert.equal(await page.locator('#groups-count').textContent(), '3');
+	for (const g of ['g0', 'g1', 'g2']) {
+		assert.equal(await page.locator(`#groups tr[data-group="${g}"] [data-col="in_flight"]`).textContent(), '1');
+		assert.equal(await page.locator(`#groups tr[data-group="${g}"] [data-col="pending"]`).textContent(), '2');
+	}
+	await page.goto(`${admin.base}/queues/unpaced`);
+	assert.equal(await page.locator('#groups').count(), 0);
+	await page.context().close();
+});
+
 /* ------------------------------------------------------------------ main */
 
 (async () => {
@@ -863,7 +882,11 @@ test(`page loads with ${BIG.toLocaleString('en-US')} jobs in one queue (printed,
 		                            EXISTS (SELECT 1 FROM pg_attribute
 		                                     WHERE attrelid = 'pgqueue.queues'::regclass AND attname = 'rate_limit'
 		                                       AND NOT attisdropped) AS "rateLimit",
-		                            to_regclass('pgqueue.job_parents') IS NOT NULL AS flows`);
+		                            to_regclass('pgqueue.job_parents') IS NOT NULL AS flows,
+		                            EXISTS (SELECT 1 FROM pg_attribute
+		                                     WHERE attrelid = 'pgqueue.queues'::regclass
+		                                       AND attname = 'group_max_in_flight'
+		                                       AND NOT attisdropped) AS groups`);
 		Object.assign(has, f);
 		admin = await startDashboard(PORT, ['--database-url', dbUrl('dash_admin'), '--refresh', '0.5']);
 		ro = await startDashboard(PORT + 1, ['--database-url', dbUrl('dash_ro'), '--read-only'],

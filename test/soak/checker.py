@@ -79,7 +79,7 @@ database) and checks, from it alone:
 17. coverage: every kind of fault was injected, jobs were acked, failed,
     stolen and stale acks refused.
 
-12c. flows (1.2): no child of a flow (the flow producer's: a parent,
+12d. flows (1.2): no child of a flow (the flow producer's: a parent,
     children after it, a fan-in after them) claimed before an ack of each
     of its parents was sent; at the end a child of a never-acked parent
     still waiting (7 and 14 accept it), one of acked parents not.
@@ -946,7 +946,7 @@ def main():
             q, len(times), worst, per / 1e6, limit, full))
     check(R_RATE, p, '; '.join(info))
 
-    # --- 12c. flows (1.2) ------------------------------------------------------
+    # --- 12d. flows (1.2) ------------------------------------------------------
     # A child is released only after the ack of each of its parents
     # committed: each of its claims returned after an accepted ack of every
     # parent was sent (an ack sent after the claim returned cannot have

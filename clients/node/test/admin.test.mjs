@@ -183,6 +183,8 @@ test('on pgqueue 1.1, configure with rateLimit or ratePeriod says what to run; w
     await assert.rejects(configure(old, 'q', { weight: 3, rateLimit: 5 }), needs);
     await assert.rejects(configure(old, 'q', { ratePeriod: 1 }), needs);
     await assert.rejects(configure(old, 'q', { retention: 10, ratePeriod: '1 second' }), needs);
+    await assert.rejects(configure(old, 'q', { groupMaxInFlight: 1 }), (err) => err instanceof NeedsNewerExtension
+      && err.message.includes('configure with a groupMaxInFlight needs pgqueue 1.2') && err.cause?.code === '42883');
     const { rows: [r] } = await old.query("SELECT weight, paused, extract(epoch FROM retention)::int AS retention"
       + " FROM pgqueue.queues WHERE queue = 'q'");
     assert.deepEqual(r, { weight: 2, paused: true, retention: 60 });

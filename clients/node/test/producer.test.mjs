@@ -2,7 +2,7 @@
 // maxTries, a job's own limit of tries (pgqueue 1.2).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { NeedsNewerExtension, Worker, push, pushBatch } from 'pgqueue';
+import { NeedsNewerExtension, Worker, configure, push, pushBatch } from 'pgqueue';
 import {
   PASS, adminConfig, atVersion, config, connect, jobRows, needs12, pushTakes, queueName, quiet, waitUntil,
 } from './helpers.mjs';
@@ -146,4 +146,40 @@ test('maxTries on pgqueue 1.1 says what to run; without it pushes work', { skip:
     const { rows: [j] } = await old.query('SELECT max_tries FROM pgqueue.jobs WHERE id = $1', [id]);
     assert.equal(j.max_tries, 5);
   });
+});
+
+// --- groupKey and groupMaxInFlight (pgqueue 1.2) -----------------------------
+
+async function hasGroups() {
+  const { rows: [r] } = await admin.query("SELECT count(*) = 2 AS ok FROM pg_catalog.pg_proc"
+    + " WHERE proname IN ('pgq_push', 'pgq_push_batch') AND 'group_key' = ANY (proargnames)");
+  return r.ok;
+}
+
+// The jobs scheduled and claimed by one pass, acked: their ids, sorted.
+async function passAndAck(q) {
+  await admin.query('SELECT pgq_schedule(1000)');
+  const { rows } = await admin.query("SELECT id FROM pgq_claim('probe', 100, '1 minute', ARRAY[$1])", [q]);
+  for (const r of rows) await admin.query("SELECT pgq_ack($1, 'probe')", [r.id]);
+  return rows.map((r) => r.id).sort();
+}
+
+test('push groupKey and configure groupMaxInFlight: a group\'s jobs one at a time, in order', async (t) => {
+  if (!(await hasGroups())) { t.skip("needs pgqueue 1.2's pgq_push(..., group_key)"); return; }
+  const q = queueName();
+  await configure(admin, q, { groupMaxInFlight: 1 });
+  const { rows: [s] } = await admin.query('SELECT group_max_in_flight FROM pgqueue.queues WHERE queue = $1', [q]);
+  assert.equal(s.group_max_in_flight, 1);
+  const a0 = await push(app, q, { n: 0 }, { groupKey: 'a' });
+  const a1 = await push(app, q, { n: 1 }, { groupKey: 'a' });
+  const b = await pushBatch(app, q, [{ n: 10 }, { n: 11 }], { groupKey: 'b' });
+  const free = await push(app, q, { n: 20 });
+  const { rows } = await admin.query('SELECT id, group_key FROM pgqueue.jobs WHERE queue = $1', [q]);
+  assert.deepEqual(Object.fromEntries(rows.map((r) => [r.id, r.group_key])),
+    { [a0]: 'a', [a1]: 'a', [b[0]]: 'b', [b[1]]: 'b', [free]: null });
+  assert.deepEqual(await passAndAck(q), [a0, b[0], free].sort());
+  assert.deepEqual(await passAndAck(q), [a1, b[1]].sort());
+  await assert.rejects(push(app, q, {}, { groupKey: '' }), (e) => e.code === '22023');
+  await assert.rejects(configure(admin, q, { groupMaxInFlight: -1 }), (e) => e.code === '22023');
+  await configure(admin, q, { groupMaxInFlight: 0 });
 });

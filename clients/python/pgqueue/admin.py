@@ -135,7 +135,8 @@ def purge(conn: Executor, queue: str, state: str = "failed") -> int:
 
 #: pgq_configure's settings and their SQL types.
 SETTINGS = {"weight": "int", "max_in_flight": "int", "max_tries": "int", "paused": "boolean",
-            "retention": "interval", "rate_limit": "int", "rate_period": "interval"}
+            "retention": "interval", "rate_limit": "int", "rate_period": "interval",
+            "group_max_in_flight": "int"}
 #: The settings given as an interval: seconds, a timedelta or an interval's text.
 _INTERVALS = ("retention", "rate_period")
 
@@ -145,7 +146,8 @@ Interval = Union[None, float, timedelta, str]
 def configure(conn: Executor, queue: str, *, weight: Optional[int] = None,
               max_in_flight: Optional[int] = None, max_tries: Optional[int] = None,
               paused: Optional[bool] = None, retention: Interval = None,
-              rate_limit: Optional[int] = None, rate_period: Interval = None) -> None:
+              rate_limit: Optional[int] = None, rate_period: Interval = None,
+              group_max_in_flight: Optional[int] = None) -> None:
     """Set a queue's settings (``pgq_configure``); those not given stay as they are.
 
     ``weight`` 1 to 10,000 (its share of each scheduling pass),
@@ -156,18 +158,21 @@ def configure(conn: Executor, queue: str, *, weight: Optional[int] = None,
     pgqueue 1.1), ``rate_limit`` and ``rate_period`` (at most
     ``rate_limit`` of its jobs scheduled in any window of ``rate_period``;
     ``rate_limit=0`` removes the limit; ``rate_period`` as ``retention``,
-    10 ms to 1 day, no months; pgqueue 1.2).  A value out of range raises
+    10 ms to 1 day, no months; pgqueue 1.2), ``group_max_in_flight`` (at
+    most that many jobs of one group in flight at once, the groups served
+    in turn; 0 removes the limit; pgqueue 1.2).  A value out of range raises
     ``psycopg.errors.InvalidParameterValue`` and changes nothing.
 
     Only the settings given are sent (by name), so a call without
-    ``rate_limit`` and ``rate_period`` works with pgqueue 1.1 (and, without
+    ``rate_limit``, ``rate_period`` and ``group_max_in_flight`` works with pgqueue 1.1 (and, without
     ``retention``, 1.0) as before; given to an older installation they raise
     :class:`NeedsNewerExtension`.
     """
     given = {name: value for name, value in (
         ("weight", weight), ("max_in_flight", max_in_flight), ("max_tries", max_tries),
         ("paused", paused), ("retention", retention), ("rate_limit", rate_limit),
-        ("rate_period", rate_period)) if value is not None}
+        ("rate_period", rate_period), ("group_max_in_flight", group_max_in_flight))
+        if value is not None}
     for name in _INTERVALS:
         if name in given and not isinstance(given[name], str):
             given[name] = as_interval(given[name])
@@ -179,6 +184,8 @@ def configure(conn: Executor, queue: str, *, weight: Optional[int] = None,
         if rate_limit is not None or rate_period is not None:
             raise _needs(conn, "pgq_configure(rate_limit => ..., rate_period => ...)", "1.2",
                          err) from err
+        if group_max_in_flight is not None:
+            raise _needs(conn, "pgq_configure(group_max_in_flight => ...)", "1.2", err) from err
         if retention is None:
             raise
         raise _needs_1_1(conn, "pgq_configure(retention => ...)", err) from err

@@ -2,8 +2,9 @@
 
 Commands: ``stats``, ``jobs``, ``push``, ``retry``, ``cancel``, ``purge``
 (``jobs``, ``retry``, ``cancel`` and ``purge`` need pgqueue 1.1, ``push
---max-tries`` and ``push --after`` pgqueue 1.2; with 1.2 ``stats`` shows
-each queue's waiting jobs and ``jobs`` each job's ``waiting_for``).  The
+--max-tries``, ``push --after`` and ``--group-key`` pgqueue 1.2; with 1.2
+``stats`` shows each queue's waiting jobs and ``jobs`` each job's
+``waiting_for``).  The
 connection string comes from ``--dsn``, else ``$PGQUEUE_DSN``, else
 libpq's environment (``PGHOST``, ``PGDATABASE``, ...).  Exit status: 0 on
 success, 1 when the operation found nothing to do (``retry`` of a job that
@@ -97,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--after", type=_uuid, action="append", metavar="ID",
                    help="a job this one waits for: it stays waiting until the last "
                         "of them is acked (repeatable; pgqueue 1.2)")
+    s.add_argument("--group-key",
+                   help="the job's group: in a queue with group_max_in_flight, at most "
+                        "that many jobs of a group run at once, in order (pgqueue 1.2)")
 
     r = sub.add_parser("retry", help="put a failed job (or all of a queue's) back to "
                                      "pending (pgqueue 1.1)")
@@ -123,7 +127,7 @@ def run(args: argparse.Namespace, conn: psycopg.Connection) -> int:
     elif args.command == "push":
         print(push(conn, args.queue, args.payload, delay=args.delay,
                    priority=args.priority, dedup_key=args.dedup_key,
-                   max_tries=args.max_tries, after=args.after))
+                   max_tries=args.max_tries, after=args.after, group_key=args.group_key))
     elif args.command == "retry" and args.failed is not None:
         print(f"{admin.retry_failed(conn, args.failed)} job(s) of {args.failed} retried")
     elif args.command == "retry":

@@ -161,3 +161,17 @@ def test_push_max_tries(admin, queue):
     out = cli("push", queue, "--max-tries", "two")
     assert out.returncode == 2 and "invalid int value" in out.stderr, out.stderr
     admin.execute("DELETE FROM pgqueue.queue WHERE queue = %s", [queue])
+
+
+def test_push_group_key(admin, queue):
+    if not admin.execute("SELECT count(*) = 1 FROM pg_catalog.pg_proc WHERE proname = 'pgq_push'"
+                         " AND 'group_key' = ANY (proargnames)").fetchone()[0]:
+        pytest.skip("needs pgqueue 1.2's pgq_push(..., group_key)")
+    out = cli("push", queue, '{"n": 1}', "--group-key", "customer-42")
+    assert out.returncode == 0, out.stderr
+    job_id = uuid.UUID(out.stdout.strip())
+    assert admin.execute("SELECT group_key FROM pgqueue.jobs WHERE id = %s",
+                         [job_id]).fetchone() == ("customer-42",)
+    out = cli("push", queue, "--group-key", "")
+    assert out.returncode == 2 and "group_key" in out.stderr, out.stderr
+    admin.execute("DELETE FROM pgqueue.queue WHERE queue = %s", [queue])

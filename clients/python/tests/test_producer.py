@@ -167,3 +167,46 @@ def test_max_tries_on_pgqueue_1_1_says_what_to_run(admin):
         out = subprocess.run([sys.executable, "-m", "pgqueue", "--dsn", dsn, "push", "q"],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
+
+
+# --- group_key and group_max_in_flight (pgqueue 1.2) ---------------------------
+
+@pytest.fixture
+def push_groups(admin):
+    if not admin.execute("SELECT count(*) = 2 FROM pg_catalog.pg_proc"
+                         " WHERE proname IN ('pgq_push', 'pgq_push_batch')"
+                         " AND 'group_key' = ANY (proargnames)").fetchone()[0]:
+        pytest.skip("needs pgqueue 1.2's pgq_push(..., group_key)")
+
+
+def test_groups_one_at_a_time_in_order(app, admin, queue, push_groups):
+    pgqueue.configure(admin, queue, group_max_in_flight=1)
+    assert admin.execute("SELECT group_max_in_flight FROM pgqueue.queues WHERE queue = %s",
+                         [queue]).fetchone() == (1,)
+    a = [pgqueue.push(app, queue, {"n": n}, group_key="a") for n in range(2)]
+    b = pgqueue.push_batch(app, queue, [{"n": 10}, {"n": 11}], group_key="b")
+    free = pgqueue.push(app, queue, {"n": 20})
+    assert dict(admin.execute("SELECT id, group_key FROM pgqueue.jobs WHERE queue = %s",
+                              [queue]).fetchall()) == {a[0]: "a", a[1]: "a", b[0]: "b",
+                                                       b[1]: "b", free: None}
+    taken: list = []
+    for _ in range(2):
+        admin.execute("SELECT pgq_schedule(1000)")
+        got = [r[0] for r in admin.execute(
+            "SELECT id FROM pgq_claim('probe', 100, '1 minute', ARRAY[%s])", [queue]).fetchall()]
+        taken.append(sorted(got, key=str))
+        for job_id in got:
+            admin.execute("SELECT pgq_ack(%s, 'probe')", [job_id])
+    # the first pass: the first of each group and the job without a group
+    assert taken[0] == sorted([a[0], b[0], free], key=str)
+    assert taken[1] == sorted([a[1], b[1]], key=str)
+    pgqueue.configure(admin, queue, group_max_in_flight=0)
+
+
+def test_group_key_errors(app, admin, queue, push_groups):
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        pgqueue.push(app, queue, group_key="")
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        pgqueue.push_batch(app, queue, [{}], group_key="x" * 257)
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        pgqueue.configure(admin, queue, group_max_in_flight=-1)
