@@ -1,6 +1,6 @@
 # Sourced by the small benchmark scripts (archive_ack.sh, push_scheduler.sh):
 # a private PostgreSQL server with pgqueue preloaded, in a new directory
-# under /tmp, removed with the server when the script exits.
+# under /tmp (BENCH_TMP), removed with the server when the script exits.
 #
 #   NAME=archive EXTRA_CONF='synchronous_commit = off' . "$HERE/server.sh"
 #
@@ -11,7 +11,7 @@
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 BIN=$("$PG_CONFIG" --bindir)
-DIR=$(mktemp -d "/tmp/pgq-$NAME-bench.XXXXXX")
+DIR=$(mktemp -d "${BENCH_TMP:-/tmp}/pgq-$NAME-bench.XXXXXX")
 chmod 755 "$DIR"
 chown postgres: "$DIR"
 as_pg() { (cd / && runuser -u postgres -- "$@"); }
