@@ -11,8 +11,9 @@
 #
 # A procedure drains each queue: a pass (pgq_schedule), then a claim of
 # everything it released and an ack of each, a COMMIT, again until the
-# queue is empty.  The time inside pgq_schedule is summed (one session on an
-# otherwise idle server: its wall time is its CPU time); the grouped case
+# queue is empty.  The time inside pgq_schedule is summed (one session on a
+# server of its own: its wall time is its CPU time while a core is free;
+# the report gives the load average); the grouped case
 # also records each release's group and pass, from which the largest gap
 # between two releases of one group, against the round (ceil(NGROUPS /
 # batch_size) passes: every group has a job due at every pass here), says
@@ -152,6 +153,7 @@ cat >"$OUT" <<EOF2
 
 \`bash bench/groups.sh\` (NGROUPS=$NGROUPS JOBS=$JOBS) on $(date -u +%Y-%m-%d):
 $(nproc) cores ($(sed -nE 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), $MEM,
+load average $(cut -d' ' -f1-3 /proc/loadavg) at the end,
 $PGVER, shared_buffers 256MB, pgqueue.enabled off (the passes are the
 script's pgq_schedule($BATCH) calls: pgqueue.batch_size = $BATCH), one
 session; each pass's releases claimed and acked before the next pass.
