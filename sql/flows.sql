@@ -212,6 +212,25 @@ SELECT state, count(*) FROM pgqueue.jobs GROUP BY state ORDER BY state;
 SELECT pg_temp.clean();
 SELECT count(*) AS edges FROM pgqueue.job_parents;
 
+-- flows and groups: a waiting job is not in flight for its group; a child
+-- made pending by its parent's ack takes its turn in its group
+SELECT pgq_configure('grouped', group_max_in_flight => 1);
+INSERT INTO n VALUES ('gp', pgq_push('q', '{}'));
+INSERT INTO n VALUES ('gw', pgq_push('grouped', '{"n": "waits"}', group_key => 'g1',
+                                     after => ARRAY[(SELECT id FROM n WHERE name = 'gp')]));
+INSERT INTO n VALUES ('gb', pgq_push('grouped', '{"n": "pending"}', group_key => 'g1'));
+SELECT pgq_schedule() >= 0 AS scheduled;
+SELECT name, state, group_key FROM pgqueue.jobs JOIN n USING (id) WHERE name LIKE 'g%' ORDER BY name;
+SELECT pg_temp.ack('gp') AS acked;
+SELECT pgq_schedule() >= 0 AS scheduled;
+-- gw is pending, held back while gb of its group is in flight
+SELECT name, state FROM pgqueue.jobs JOIN n USING (id) WHERE name LIKE 'g%' ORDER BY name;
+SELECT pg_temp.ack('gb') AS acked;
+SELECT pgq_schedule() >= 0 AS scheduled;
+SELECT name, state FROM pgqueue.jobs JOIN n USING (id) WHERE name LIKE 'g%' ORDER BY name;
+SELECT pg_temp.ack('gw') AS acked;
+SELECT pg_temp.clean();
+
 -- in the transaction that creates the extension (which adds the label
 -- 'waiting' to job_state by ALTER TYPE, whose new labels PostgreSQL 15
 -- and 16 refuse to read before the commit), pgq_stats() and a dedup push
