@@ -93,12 +93,17 @@ def main():
 
     @mutation('a child of a flow claimed before its parent was acked', checker.R_FLOW)
     def _(h):
-        acks_t0 = {}
+        acks_t0 = {}    # accepted acks, single or of a whole batch
         for a in acks:
             acks_t0.setdefault(a['id'], []).append(a['t0'])
+        for a in ev('ack_batch'):
+            if a['status'] == 'ok' and a['count'] == len(a['ids']):
+                for i in a['ids']:
+                    acks_t0.setdefault(i, []).append(a['t0'])
         for e in h:
-            if e['ev'] == 'claim' and e['id'] in parents_of:
-                t = min(min(acks_t0.get(p, [e['t1']])) for p in parents_of[e['id']])
+            if e['ev'] == 'claim' and e['id'] in parents_of and \
+                    all(p in acks_t0 for p in parents_of[e['id']]):
+                t = min(min(acks_t0[p]) for p in parents_of[e['id']])
                 e['t0'], e['t1'] = t - 0.02, t - 0.01
                 return
         raise LookupError('no child of a flow claimed')
