@@ -221,14 +221,14 @@ for kind in $KINDS; do
 		;;
 	soak)
 		# test/soak/run.sh, each mode with its own server: the soak with
-		# faults (60 s unless SOAK_SECONDS), then the ring mode (120 s
+		# faults (60 s unless SOAK_SECONDS), then the ring mode (90 s
 		# unless SOAK_SECONDS: small slots, a standby, dumps and a
 		# restore); SOAK_MODE=faults or ring runs one of them.  Each runs
 		# the invariant checker over its history.
 		: >"$out"
 		rc=0
 		for mode in ${SOAK_MODE:-faults ring}; do
-			case $mode in faults) secs=${SOAK_SECONDS:-60} ;; *) secs=${SOAK_SECONDS:-120} ;; esac
+			case $mode in faults) secs=${SOAK_SECONDS:-60} ;; *) secs=${SOAK_SECONDS:-90} ;; esac
 			log "soak, $mode mode ($secs s)"
 			runuser -u postgres -- env TMPDIR="$WORK/tmp" PATH="$PATH" PG_CONFIG="$PG_CONFIG" \
 				SOAK_DIR="$WORK/soak-$mode" SOAK_MODE="$mode" SOAK_SECONDS="$secs" \
