@@ -96,6 +96,9 @@ FUZZ_STATES = {'22004', '22023', '2202E', '54000', '42501', '22P02', '22008', '2
 # (log_error_verbosity = verbose) names PostgreSQL's code, not pgqueue's.
 # Each was read in the log of a run and traced to the function named.
 PG_INTERNAL = [
+    # pg_catalog.acldefault() with an object type letter it does not know
+    # (acl.c acldefault_sql, an elog)
+    r'^unrecognized objtype abbreviation',
     # pg_catalog.unknownin() makes a column of type unknown that a window
     # or CASE then has to coerce (parse_coerce.c)
     r'^failed to find conversion function from unknown to ',
