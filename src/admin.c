@@ -352,7 +352,7 @@ pgq_cancel(PG_FUNCTION_ARGS)
 	 * cancelled in retry frees a place of its group (1.2)
 	 */
 	if (freed || done)
-		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
+		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER | PGQ_WAKE_PLACES);
 	PG_RETURN_BOOL(done);
 }
 
@@ -464,6 +464,9 @@ pgq_purge(PG_FUNCTION_ARGS)
 	SPI_finish();
 	if (n > 0)
 		pgq_bound_hold(PGQ_BOUND_SCHED);	/* ready jobs left (bounds.c, rule 4) */
+	/* jobs purged in retry held places of their groups (1.2) */
+	if (n > 0 && s == 1)
+		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER | PGQ_WAKE_PLACES);
 	if (purged != (Datum) 0)
 		pgq_flow_cancel(purged, "purged");
 	PG_RETURN_INT64(n);

@@ -819,7 +819,7 @@ pgq_release(PG_FUNCTION_ARGS)
 		pgq_bound_lower_at_commit(PGQ_BOUND_READY, pgq_time_key(first));
 	}
 	if (failed > 0)
-		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);	/* places freed */
+		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER | PGQ_WAKE_PLACES);	/* places freed */
 	PG_RETURN_INT32(released + failed);
 }
 
@@ -940,9 +940,9 @@ pgq_configure(PG_FUNCTION_ARGS)
 	SPI_finish();
 	pgq_archive_prepare(retention);
 
-	/* unpausing or raising a cap can make jobs schedulable */
+	/* unpausing or raising a cap (a group's too) can make jobs schedulable */
 	pgq_settings_changed_at_commit();
-	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
+	pgq_wake_at_commit(PGQ_WAKE_SCHEDULER | PGQ_WAKE_PLACES);
 	PG_RETURN_VOID();
 }
 

@@ -872,7 +872,7 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 		pgq_bound_lower_at_commit(PGQ_BOUND_LEASE, pgq_time_key(min_lease));
 	/* jobs failed on their last try free places (max_in_flight, groups) */
 	if (failed > 0)
-		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
+		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER | PGQ_WAKE_PLACES);
 	return stolen + fresh;
 }
 

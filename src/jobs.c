@@ -329,7 +329,7 @@ pgq_ack_jobs(Datum *ids, int n, text *key)
 	if (done > 0)
 		pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
 	if (wake_scheduler)
-		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
+		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER | PGQ_WAKE_PLACES);
 	return done;
 }
 
@@ -450,7 +450,7 @@ pgq_nack_job(Datum id, text *key, text *error, bool has_retry_in, Datum retry_in
 	pgq_wake_at_commit(PGQ_WAKE_ON_ABORT);
 	/* failed: a place is free; retry: its group may take it (schedule.c) */
 	if (s.max_in_flight > 0 || s.group_max_in_flight > 0)
-		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER);
+		pgq_wake_at_commit(PGQ_WAKE_SCHEDULER | PGQ_WAKE_PLACES);
 	if (a.failed)
 	{
 		pgq_count(PGQ_FAILED, 1);

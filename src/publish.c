@@ -396,6 +396,28 @@ pgq_settings_generation(void)
 }
 
 /*
+ * How many commits freed places under a limit (PGQ_WAKE_PLACES) in this
+ * database so far: a grouped queue whose every group with a due job was full
+ * waits for it to change (schedule.c).  Read before the pass's snapshot: a
+ * commit counted after the read is seen by the next pass.  Without shared
+ * memory it changes at every call.
+ */
+uint64
+pgq_places_generation(void)
+{
+	static uint64 unshared_gen = 0;
+	PgqDbSlot  *slot = pgq_my_slot();
+
+	uint64		gen;
+
+	if (slot == NULL)
+		return ++unshared_gen;
+	gen = pg_atomic_read_u64(&slot->places_gen);
+	pg_memory_barrier();		/* before the snapshot's reads */
+	return gen;
+}
+
+/*
  * Register the transaction callbacks; every backend that loads the library
  * does this once, from _PG_init.  at_xact_end is called at every commit,
  * abort and prepare, after the bounds have been dealt with.
@@ -450,6 +472,9 @@ pgq_xact_callback(XactEvent event, void *arg)
 			if ((pending_wake != 0 || pending_claimable > 0) &&
 				(slot = pgq_my_slot()) != NULL)
 			{
+				/* before the wake-up: a woken pass reads it */
+				if (pending_wake & PGQ_WAKE_PLACES)
+					pg_atomic_fetch_add_u64(&slot->places_gen, 1);
 				/*
 				 * A scheduler with pgqueue.enabled off schedules nothing:
 				 * do not wake it at every push.  When the setting comes

@@ -142,15 +142,20 @@ typedef struct QueueState
 	bool		mark;			/* seen by pgq_refresh_all */
 	int32		group_max_in_flight;	/* 1.2: its groups' limit; 0: none */
 	bool		was_grouped;	/* pgq_load_settings: grouped before it */
-	char	   *gcursor;		/* the group served last (TopMemoryContext);
+	text	   *gcursor;		/* the group served last (TopMemoryContext);
 								 * NULL: the jobs without a group */
 	uint64		gpass;			/* the pass these six belong to */
 	bool		glocked;		/* this pass: its pass lock is held */
 	bool		gidle;			/* this pass: a turn without a take began */
-	char	   *gidle_key;		/* ... at this group (NULL: no group) */
+	text	   *gidle_key;		/* ... at this group (NULL: no group) */
 	bool		gwrapped;		/* ... and went past the last group since */
 	bool		gblocked;		/* this pass: a due job left for the next */
+	bool		gfull;			/* this pass: a group had a due job, no room */
+	bool		gfull_wait;		/* its last round found only full groups:
+								 * ready again when a commit frees places
+								 * (pgq_places_generation), or at next_due */
 	TimestampTz gfirst_later;	/* this pass: the earliest grouped row not due */
+	TimestampTz gstarted;		/* this pass: when the round without a take began */
 } QueueState;
 
 /* The process's view; reset when the tables are not the ones it knew. */
@@ -162,6 +167,13 @@ static double vtime = 0;
 static double max_finish = 0;	/* the largest finish tag given */
 static uint64 notes_pos = 0;
 static uint64 settings_gen = 0;
+static uint64 places_gen = 0;	/* pgq_places_generation at the last pass */
+
+/*
+ * A grouped queue whose round found only full groups rounds again after at
+ * least this long even if no commit freed a place (pgq_take_grouped).
+ */
+#define PGQ_GROUP_RECHECK_USECS (10 * USECS_PER_SEC)
 static bool view_valid = false;
 static bool pass_in_xact = false;
 static uint64 pass_count = 0;
@@ -335,6 +347,7 @@ pgq_queue(const char *name, bool *is_new)
 		q->group_max_in_flight = 0;
 		q->gcursor = NULL;
 		q->gpass = 0;
+		q->gfull_wait = false;
 	}
 	return q;
 }
@@ -486,10 +499,12 @@ pgq_load_settings(PassRels *r)
  * its head at from (or kept, when keep_heads and its head is a valid
  * bound), its slots those whose index has entries of it; a known queue
  * without an entry becomes idle.  Returns the lowest head, for the SCHED
- * bound.
+ * bound.  When keep_waits (the pass's notes were all read and applied), a
+ * grouped queue waiting for a place to be freed (gfull_wait) keeps waiting:
+ * no job pushed into it is unknown.
  */
 static PgqKey
-pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads)
+pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads, bool keep_waits)
 {
 	char	  **names;
 	uint32	   *masks;
@@ -517,8 +532,13 @@ pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads)
 			pgq_lower_head(q, from.hi, from.lo);
 		q->slots = masks[i];
 		q->mark = true;
-		if (q->where == Q_IDLE || q->where == Q_LATER)
+		/* a grouped queue waiting for a place to be freed: see above */
+		if (!(keep_waits && q->gfull_wait) &&
+			(q->where == Q_IDLE || q->where == Q_LATER))
+		{
+			q->gfull_wait = false;
 			pgq_make_ready(q);
+		}
 		/*
 		 * A grouped queue's head is past the rows of its groups (the walk
 		 * of its groups serves them): it bounds nothing.
@@ -1229,57 +1249,133 @@ pgq_taken_here(TupleTableSlot *slot)
 }
 
 /*
- * The first group of queue qname after group after (NULL: the first), in
- * every slot's queue_group_idx, from the index tuples alone (a group whose
- * entries are all dead may be found too: its turn takes nothing); NULL when
- * none.  *collp: the collation of group_key there.
+ * A group's turn: the scans of every slot's queue_group_idx from the group
+ * served last, each standing on its first entry after it.  The turn's group
+ * is the least of their groups, found from the index tuples alone (a group
+ * whose entries are all dead may be found too: its turn takes nothing); the
+ * slots whose scan stands on it go on reading its entries, the others wait
+ * for a later turn.  One descent a slot finds the group and reads it.
  */
-static text *
-pgq_next_group(PassRels *r, text *qname, text *after, Oid *collp)
+typedef struct GroupTurn
 {
-	text	   *best = NULL;
-	Oid			coll = InvalidOid;
+	text	   *group;			/* the turn's group; NULL: none after */
+	Oid			coll;			/* the collation of group_key */
+	Snapshot	snap;			/* the latest, registered */
+	IndexScanDesc scans[PGQ_MAX_SLOTS]; /* open, or NULL */
+	bool		on_group[PGQ_MAX_SLOTS];	/* scan i stands on the group */
+} GroupTurn;
+
+/* Whether index tuple itup of a scan of queue_group_idx is of group g. */
+static bool
+pgq_itup_of_group(IndexScanDesc scan, text *g)
+{
+	bool		isnull;
+	Datum		d = index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull);
+	text	   *t;
+	bool		same;
+
+	if (isnull)
+		return false;
+	/* group_key has the database's default collation: deterministic */
+	t = DatumGetTextPP(d);
+	same = VARSIZE_ANY_EXHDR(t) == VARSIZE_ANY_EXHDR(g) &&
+		memcmp(VARDATA_ANY(t), VARDATA_ANY(g), VARSIZE_ANY_EXHDR(g)) == 0;
+	if ((Pointer) t != DatumGetPointer(d))
+		pfree(t);
+	return same;
+}
+
+/* End the turn's scans that are still open. */
+static void
+pgq_group_scans_end(PassRels *r, GroupTurn *turn)
+{
 	int			i;
 
 	for (i = 0; i < r->w.jobs_view.n; i++)
+		if (turn->scans[i] != NULL)
+		{
+			index_endscan(turn->scans[i]);
+			turn->scans[i] = NULL;
+			ExecClearTuple(pgq_job_slot(&r->w, i)->found);
+		}
+}
+
+/* End a turn: its scans, its snapshot. */
+static void
+pgq_group_turn_end(PassRels *r, GroupTurn *turn)
+{
+	pgq_group_scans_end(r, turn);
+	UnregisterSnapshot(turn->snap);
+}
+
+/*
+ * Begin the turn of the first group of queue qname after group after (NULL:
+ * the first): turn->group is NULL when there is none.  With the latest
+ * snapshot, taken now: the caller holds the queue's pass lock (see above).
+ */
+static void
+pgq_group_turn_begin(PassRels *r, text *qname, text *after, GroupTurn *turn)
+{
+	Datum		first[PGQ_MAX_SLOTS];
+	int			i;
+
+	turn->group = NULL;
+	turn->coll = DEFAULT_COLLATION_OID;
+	turn->snap = RegisterSnapshot(GetLatestSnapshot());
+	pgq_walks_close();			/* the slots' found rows are this turn's now */
+	for (i = 0; i < r->w.jobs_view.n; i++)
 	{
 		Relation	idx = pgq_group_index(r, i);
-		PgqTable   *t;
 		IndexScanDesc scan;
 		ScanKeyData keys[2];
 		int			nkeys = 1;
+		bool		isnull;
 
+		turn->scans[i] = NULL;
+		turn->on_group[i] = false;
 		if (idx == NULL)
 			continue;
-		t = pgq_job_slot(&r->w, i);
-		coll = idx->rd_indcollation[1];
+		turn->coll = idx->rd_indcollation[1];
 		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
 							   idx->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(qname));
 		if (after != NULL)
 		{
 			ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterStrategyNumber, InvalidOid,
-								   coll, F_TEXT_GT, PointerGetDatum(after));
+								   turn->coll, F_TEXT_GT, PointerGetDatum(after));
 			nkeys = 2;
 		}
-		scan = pgq_index_beginscan(t->rel, idx, GetActiveSnapshot(), nkeys, 0);
+		scan = pgq_index_beginscan(pgq_job_slot(&r->w, i)->rel, idx, turn->snap, nkeys, 0);
 		scan->xs_want_itup = true;
 		index_rescan(scan, keys, nkeys, NULL, 0);
-		if (index_getnext_tid(scan, ForwardScanDirection) != NULL)
+		if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
 		{
-			bool		isnull;
-			Datum		g = index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull);
-
-			if (!isnull &&
-				(best == NULL ||
-				 DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, coll, g,
-													   PointerGetDatum(best))) < 0))
-				best = DatumGetTextPCopy(g);
+			index_endscan(scan);
+			continue;
 		}
-		index_endscan(scan);
+		first[i] = index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull);
+		if (isnull)				/* not in the index's range: cannot be */
+		{
+			index_endscan(scan);
+			continue;
+		}
+		turn->scans[i] = scan;
+		if (turn->group == NULL ||
+			DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, turn->coll, first[i],
+												  PointerGetDatum(turn->group))) < 0)
+			turn->group = DatumGetTextPCopy(first[i]);
 	}
-	if (OidIsValid(coll))
-		*collp = coll;
-	return best;
+	/* the scans standing on the turn's group read on; the others end */
+	for (i = 0; i < r->w.jobs_view.n; i++)
+		if (turn->scans[i] != NULL)
+		{
+			if (pgq_itup_of_group(turn->scans[i], turn->group))
+				turn->on_group[i] = true;
+			else
+			{
+				index_endscan(turn->scans[i]);
+				turn->scans[i] = NULL;
+			}
+		}
 }
 
 /* A row of a group's walk that a turn may take. */
@@ -1303,15 +1399,14 @@ pgq_group_pick(GroupPick *p, int slot, TupleTableSlot *row, const QueuePos *pos)
 }
 
 /*
- * Group gkey's turn in grouped queue q: take its due job in retry, else
- * its first due pending job when it has room.  Returns whether it took one.
- * The caller holds the queue's pass lock.
+ * The turn of group turn->group in grouped queue q: take its due job in
+ * retry, else its first due pending job when it has room.  Returns whether
+ * it took one.  Ends the turn.  The caller holds the queue's pass lock.
  */
 static bool
-pgq_take_group(PassRels *r, QueueState *q, text *qname, text *gkey, TimestampTz now,
+pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupTurn *turn, TimestampTz now,
 			   int32 order, const PassStates *states)
 {
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
 	Oid			scheduled = DatumGetObjectId(states->scheduled);
 	int64		in_flight = 0;
 	GroupPick	retry;
@@ -1321,30 +1416,33 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, text *gkey, TimestampTz 
 	int			i;
 
 	retry.has = pending.has = false;
-	pgq_walks_close();			/* the slots' found rows are this walk's now */
 	for (i = 0; i < r->w.jobs_view.n; i++)
 	{
-		Relation	idx = pgq_group_index(r, i);
 		PgqTable   *t;
-		IndexScanDesc scan;
-		ScanKeyData keys[2];
+		IndexScanDesc scan = turn->scans[i];
+		bool		at_first = true;
 
-		if (idx == NULL)
+		if (scan == NULL)
 			continue;
 		t = pgq_job_slot(&r->w, i);
-		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-							   idx->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(qname));
-		ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-							   idx->rd_indcollation[1], F_TEXTEQ, PointerGetDatum(gkey));
-		scan = pgq_index_beginscan(t->rel, idx, snap, 2, 0);
-		index_rescan(scan, keys, 2, NULL, 0);
-		while (index_getnext_slot(scan, ForwardScanDirection, t->found))
+		for (;;)
 		{
 			bool		isnull;
-			Oid			state = DatumGetObjectId(pgq_get(t, t->found, PGQ_COL_STATE, &isnull));
+			Oid			state;
 			QueuePos	pos;
 			bool		mine;
 
+			/* the entry the scan stands on, then the group's next ones */
+			if (!at_first)
+			{
+				if (index_getnext_tid(scan, ForwardScanDirection) == NULL ||
+					!pgq_itup_of_group(scan, turn->group))
+					break;
+			}
+			at_first = false;
+			if (!index_fetch_heap(scan, t->found))
+				continue;		/* dead, or not visible */
+			state = DatumGetObjectId(pgq_get(t, t->found, PGQ_COL_STATE, &isnull));
 			pos.np = -(int64) DatumGetInt32(pgq_get(t, t->found, PGQ_COL_PRIORITY, &isnull));
 			pos.ra = DatumGetTimestampTz(pgq_get(t, t->found, PGQ_COL_RUN_AFTER, &isnull));
 			memcpy(&pos.id, DatumGetUUIDP(pgq_get(t, t->found, PGQ_COL_ID, &isnull)),
@@ -1381,23 +1479,22 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, text *gkey, TimestampTz 
 			}
 			CHECK_FOR_INTERRUPTS();
 		}
-		index_endscan(scan);
-		ExecClearTuple(t->found);
 	}
+	pgq_group_scans_end(r, turn);
 
 	if (retry.has)
 		pick = &retry;			/* it holds its place already */
 	else if (pending.has && in_flight < q->group_max_in_flight)
 		pick = &pending;
 	else if (pending.has)
-		q->gblocked = true;		/* full: again when a place is free */
+		q->gfull = true;		/* full: again when a place is freed */
 
 	if (pick != NULL)
 	{
 		PgqTable   *t = pgq_job_slot(&r->w, pick->slot);
 		TM_Result	res = TM_Invisible;
 
-		if (table_tuple_fetch_row_version(t->rel, &pick->tid, snap, t->found))
+		if (table_tuple_fetch_row_version(t->rel, &pick->tid, turn->snap, t->found))
 			res = pgq_take_row(r, t, qname, now, order, states);
 		ExecClearTuple(t->found);
 		if (res == TM_Ok)
@@ -1405,7 +1502,7 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, text *gkey, TimestampTz 
 		else
 			q->gblocked = true; /* held or changed: the next pass looks again */
 	}
-	UnregisterSnapshot(snap);
+	UnregisterSnapshot(turn->snap);
 	return took;
 }
 
@@ -1423,7 +1520,6 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 {
 	text	   *qname = cstring_to_text(q->name);
 	TimestampTz null_due = DT_NOEND;
-	Oid			coll = DEFAULT_COLLATION_OID;
 
 	if (q->gpass != pass_count)
 	{
@@ -1431,10 +1527,12 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 															  PointerGetDatum(qname)));
 
 		q->gpass = pass_count;
+		q->gfull_wait = false;
 		q->glocked = pgq_try_queue_lock(PGQ_CAP_LOCK_KEY, h);
 		q->gidle = false;
 		q->gidle_key = NULL;
 		q->gblocked = false;
+		q->gfull = false;
 		q->gfirst_later = DT_NOEND;
 	}
 	if (!q->glocked)
@@ -1446,12 +1544,14 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 
 	for (;;)
 	{
+		GroupTurn	turn;
 		text	   *pos;
 		bool		took;
 
 		/* the group after the one served last; after the last, no group */
-		pos = pgq_next_group(r, qname,
-							 q->gcursor == NULL ? NULL : cstring_to_text(q->gcursor), &coll);
+		pgq_group_turn_begin(r, qname, q->gcursor, &turn);
+		pos = turn.group;
+
 		/*
 		 * A whole round took nothing: back at (or past: its jobs may have
 		 * gone meanwhile) the group where the round began.
@@ -1459,32 +1559,42 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 		if (!q->gidle)
 		{
 			q->gidle = true;
-			q->gidle_key = pos == NULL ? NULL : text_to_cstring(pos);
+			q->gidle_key = pos;
 			q->gwrapped = false;
+			q->gstarted = GetCurrentTimestamp();
 		}
 		else if (pos == NULL)
 		{
 			if (q->gwrapped || q->gidle_key == NULL)
+			{
+				pgq_group_turn_end(r, &turn);
 				break;
+			}
 			q->gwrapped = true;
 		}
 		else if (q->gwrapped &&
 				 (q->gidle_key == NULL ||
-				  DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, coll, PointerGetDatum(pos),
-														CStringGetTextDatum(q->gidle_key))) >= 0))
+				  DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, turn.coll, PointerGetDatum(pos),
+														PointerGetDatum(q->gidle_key))) >= 0))
+		{
+			pgq_group_turn_end(r, &turn);
 			break;
+		}
 		if (q->gcursor != NULL)
 			pfree(q->gcursor);
-		q->gcursor = pos == NULL ? NULL : MemoryContextStrdup(TopMemoryContext,
-															  text_to_cstring(pos));
+		q->gcursor = pos == NULL ? NULL :
+			(text *) MemoryContextAlloc(TopMemoryContext, VARSIZE(pos));
+		if (pos != NULL)
+			memcpy(q->gcursor, pos, VARSIZE(pos));
 		if (pos == NULL)
 		{
+			pgq_group_turn_end(r, &turn);
 			took = pgq_take_one(r, q, now, order, states);
 			if (!took)
 				null_due = q->next_due;
 		}
 		else
-			took = pgq_take_group(r, q, qname, pos, now, order, states);
+			took = pgq_take_group(r, q, qname, &turn, now, order, states);
 		if (took)
 		{
 			q->gidle = false;
@@ -1494,6 +1604,25 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 	}
 	pgq_walks_close();
 	q->next_due = q->gblocked ? 0 : Min(q->gfirst_later, null_due);
+
+	/*
+	 * Only full groups had a due job: the next round would find what this
+	 * one found until a commit frees a place (or changes the settings), or
+	 * a job is pushed or becomes due (the queue's notes, next_due).  The
+	 * queue waits for that, but rounds again after 20 times this round's
+	 * cost, at least 10 s after it, whatever happened: a round of 100,000
+	 * full groups costs about a second.
+	 */
+	if (q->gfull && !q->gblocked)
+	{
+		TimestampTz end = GetCurrentTimestamp();
+
+		q->gfull_wait = true;
+		elog(DEBUG1, "pgqueue: queue \"%s\": every group with a due job is full, waiting for a place to be freed",
+			 q->name);
+		q->next_due = Min(q->next_due,
+						  end + Max(PGQ_GROUP_RECHECK_USECS, 20 * (end - q->gstarted)));
+	}
 	return false;
 }
 
@@ -1607,6 +1736,7 @@ pgq_schedule_pass(int max_items)
 	int			nown;
 	bool		refresh;
 	uint64		gen;
+	uint64		pgen;
 	int			moved;
 	uint32	   *masks;
 	uint32	   *own_masks;
@@ -1639,6 +1769,7 @@ pgq_schedule_pass(int max_items)
 	nnotes = pgq_read_ready_notes(&notes_pos, &names, &keys, &masks);
 	nown = pgq_own_ready(&own_names, &own_keys, &own_masks);
 	gen = pgq_settings_generation();
+	pgen = pgq_places_generation();
 	refresh = !view_valid || nnotes < 0 || nown < 0 || scan.full || now >= next_refresh ||
 		IsolationUsesXactSnapshot();
 	pgq_write_new_snapshot(&r.w);
@@ -1670,7 +1801,8 @@ pgq_schedule_pass(int max_items)
 		 * Every queue; heads from the SCHED bound, or from the start when its
 		 * full walk is due; those of a trusted view are kept.
 		 */
-		bool		keep_heads = view_valid && nnotes >= 0 && nown >= 0 && !scan.full;
+		bool		notes_read = view_valid && nnotes >= 0 && nown >= 0;
+		bool		keep_heads = notes_read && !scan.full;
 
 		/*
 		 * A view kept through the refresh (one due by time, while the
@@ -1678,12 +1810,15 @@ pgq_schedule_pass(int max_items)
 		 * too, before its lowest head is computed: they were read (and are
 		 * not read again), and may lie below a queue's head (a higher
 		 * priority, an earlier run_after).  Dropping them left such a job
-		 * for the next full walk (specs/schedule_refresh.spec).
+		 * for the next full walk (specs/schedule_refresh.spec).  A full
+		 * walk takes them too: its heads go back to the bound's start, but
+		 * the notes say which grouped queues waiting for a place to be freed
+		 * had a job pushed (those are made ready, the others keep waiting).
 		 */
-		if (keep_heads)
+		if (notes_read)
 			pgq_apply_notes(names, keys, masks, nnotes, own_names, own_keys, own_masks,
 							nown, true);
-		lowest = pgq_refresh_all(&r, scan.start, keep_heads);
+		lowest = pgq_refresh_all(&r, scan.start, keep_heads, notes_read);
 		pgq_bound_end(&scan, lowest);
 		next_refresh = now + Max(1000 * INT64CONST(1000),
 								 20 * (GetCurrentTimestamp() - began));
@@ -1692,6 +1827,29 @@ pgq_schedule_pass(int max_items)
 	else
 		pgq_apply_notes(names, keys, masks, nnotes, own_names, own_keys, own_masks,
 						nown, false);
+
+	/*
+	 * Places were freed since the last pass (an ack, a cancel, a failure
+	 * ...; committed before pgen was read, so this pass's snapshots see
+	 * them): the grouped queues waiting for one round again.
+	 */
+	if (pgen != places_gen)
+	{
+		HASH_SEQ_STATUS seq;
+		QueueState *q;
+
+		places_gen = pgen;
+		hash_seq_init(&seq, queues);
+		while ((q = hash_seq_search(&seq)) != NULL)
+			if (q->gfull_wait)
+			{
+				elog(DEBUG1, "pgqueue: queue \"%s\": places were freed, its groups take turns again",
+					 q->name);
+				q->gfull_wait = false;
+				if (q->where == Q_IDLE || q->where == Q_LATER)
+					pgq_make_ready(q);
+			}
+	}
 
 	/* queues whose jobs are due by now */
 	pgq_ready_due(now);

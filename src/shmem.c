@@ -123,6 +123,7 @@ pgq_shmem_startup(void)
 			SpinLockInit(&pgq_shared->slots[i].bound_mutex);
 			pgq_bounds_reset(&pgq_shared->slots[i]);
 			pg_atomic_init_u64(&pgq_shared->slots[i].settings_gen, 0);
+			pg_atomic_init_u64(&pgq_shared->slots[i].places_gen, 0);
 			SpinLockInit(&pgq_shared->slots[i].ready_mutex);
 			pgq_shared->slots[i].ready_seq = 0;
 			SpinLockInit(&pgq_shared->slots[i].restore_mutex);
@@ -164,6 +165,7 @@ pgq_find_slot(int reserved)
 		found->dboid = MyDatabaseId;
 		pgq_bounds_reset(found);
 		pg_atomic_fetch_add_u64(&found->settings_gen, 1);
+		pg_atomic_fetch_add_u64(&found->places_gen, 1);
 	}
 	SpinLockRelease(&pgq_shared->mutex);
 	return found;

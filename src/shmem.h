@@ -47,6 +47,7 @@ typedef enum PgqCounter
 #define PGQ_WAKE_SCHEDULER	0x01	/* new or returned jobs to schedule */
 #define PGQ_WAKE_CLAIMERS	0x02	/* new claimable rows in work_queue */
 #define PGQ_WAKE_ON_ABORT	0x04	/* rows locked: a rollback frees them */
+#define PGQ_WAKE_PLACES		0x08	/* places under a limit freed (1.2 groups) */
 
 /* Scan bounds (bounds.c). */
 typedef enum PgqBoundId
@@ -111,6 +112,7 @@ extern void pgq_settings_changed_at_commit(void);
 extern int	pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys, uint32 **slots);
 extern int	pgq_own_ready(char ***names, PgqKey **keys, uint32 **slots);
 extern uint64 pgq_settings_generation(void);
+extern uint64 pgq_places_generation(void);
 extern void pgq_prepare_wait(bool filtered);
 extern void pgq_wait_for_work(TimestampTz until);
 extern void pgq_end_wait(bool completed);

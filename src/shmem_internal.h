@@ -88,6 +88,8 @@ typedef struct PgqDbSlot
 	slock_t		bound_mutex;	/* protects bounds[] */
 	PgqBoundState bounds[PGQ_NUM_BOUNDS];
 	pg_atomic_uint64 settings_gen;	/* bumped by commits that change settings */
+	pg_atomic_uint64 places_gen;	/* bumped by commits that free places
+									 * (PGQ_WAKE_PLACES) */
 	slock_t		ready_mutex;	/* protects ready_seq and ready[] */
 	uint64		ready_seq;		/* notes written so far */
 	PgqReadyNote ready[PGQ_READY_RING];
