@@ -17,9 +17,10 @@
 # also records each release's group and pass, from which the largest gap
 # between two releases of one group, against the round (ceil(NGROUPS /
 # batch_size) passes: every group has a job due at every pass here), says
-# whether a group waited beyond its turn.  One more figure: a pass when
-# every group is full (each has a job released, none acked), which visits
-# every group to take nothing.
+# whether a group waited beyond its turn.  And, when every group is full
+# (each has a job released, none acked): the round that finds them all
+# full, the pass after it (which waits for a place to be freed and visits
+# none), and a pass after one ack (a round to the group it freed).
 #
 #   sudo bash bench/groups.sh                      # 100,000 groups x 10 jobs
 #   NGROUPS=10000 BENCH_PORT=5905 BENCH_TMP=/some/dir sudo -E bash bench/groups.sh
@@ -91,21 +92,32 @@ SELECT count(*) FROM generate_series(1, $NGROUPS) g,
                               group_key => 'customer-' || g)" >/dev/null
 psql -d bench -c "VACUUM ANALYZE" >/dev/null
 
-# a pass when every group is full: one job of each released, none acked
-echo "a pass with every group full" >&2
+# passes when every group is full: one job of each released, none acked.
+# The first round that finds them all full; the pass after it (the queue
+# waits for a commit that frees a place); a pass after one ack (a round to
+# find the group it freed).
+echo "passes with every group full" >&2
 FULL=$(psql -d bench -At <<SQL
 DO \$\$ BEGIN
 	WHILE (SELECT count(*) FROM pgqueue.work_queue WHERE queue = 'grouped') < $NGROUPS LOOP
 		PERFORM pgq_schedule($BATCH);
 	END LOOP;
 END \$\$;
+\\timing on
 SELECT pgq_schedule($BATCH);
+SELECT pgq_schedule($BATCH);
+\\timing off
+SELECT pgq_ack(c.id, 'bench') FROM pgq_claim('bench', 1, '1 hour', ARRAY['grouped']) c;
 \\timing on
 SELECT pgq_schedule($BATCH);
 SQL
 )
-FULL_MS=$(printf '%s\n' "$FULL" | sed -nE 's/^Time: ([0-9.]+) ms.*/\1/p' | tail -1)
-FULL_TOOK=$(printf '%s\n' "$FULL" | grep -E '^[0-9]+$' | tail -1)
+TIMES=$(printf '%s\n' "$FULL" | sed -nE 's/^Time: ([0-9.]+) ms.*/\1/p')
+ROUND_MS=$(printf '%s\n' "$TIMES" | sed -n 1p)
+FULL_MS=$(printf '%s\n' "$TIMES" | sed -n 2p)
+ACK_MS=$(printf '%s\n' "$TIMES" | sed -n 3p)
+FULL_TOOK=$(printf '%s\n' "$FULL" | grep -E '^[0-9]+$' | sed -n 2p)
+ACK_TOOK=$(printf '%s\n' "$FULL" | grep -E '^[0-9]+$' | tail -1)
 # those jobs claimed and acked: the drain starts with every group free
 psql -d bench >/dev/null <<'SQL'
 DO $$
@@ -167,8 +179,10 @@ session; each pass's releases claimed and acked before the next pass.
 - Largest gap between two releases of one group: **$MAXGAP passes**; a
   round of $NGROUPS groups at $BATCH a pass is $ROUND passes; groups with a
   gap over a round plus one pass: **$GAPGROUPS** (goal: 0).
-- A pass with every group full (each with a job released, none acked):
-  $FULL_MS ms, $FULL_TOOK jobs released: it visits every group to take
-  nothing (docs/internals.md, "Groups").
+- Every group full (each with a job released, none acked): the round that
+  finds them all full $ROUND_MS ms; the pass after it $FULL_MS ms, $FULL_TOOK jobs
+  released (the queue waits for a commit that frees a place); after one
+  ack, a pass $ACK_MS ms, $ACK_TOOK released (a round from the group served
+  last to the one the ack freed) (docs/internals.md, "Groups").
 EOF2
 cat "$OUT"
