@@ -156,6 +156,8 @@ typedef struct QueueState
 								 * (pgq_places_generation), or at next_due */
 	TimestampTz gfirst_later;	/* this pass: the earliest grouped row not due */
 	TimestampTz gstarted;		/* this pass: when the round without a take began */
+	struct GroupWalk *gwalk;	/* pass gwalk_pass's walk of its groups */
+	uint64		gwalk_pass;
 } QueueState;
 
 /* The process's view; reset when the tables are not the ones it knew. */
@@ -348,6 +350,7 @@ pgq_queue(const char *name, bool *is_new)
 		q->gcursor = NULL;
 		q->gpass = 0;
 		q->gfull_wait = false;
+		q->gwalk_pass = 0;
 	}
 	return q;
 }
@@ -1249,23 +1252,35 @@ pgq_taken_here(TupleTableSlot *slot)
 }
 
 /*
- * A group's turn: the scans of every slot's queue_group_idx from the group
- * served last, each standing on its first entry after it.  The turn's group
- * is the least of their groups, found from the index tuples alone (a group
- * whose entries are all dead may be found too: its turn takes nothing); the
- * slots whose scan stands on it go on reading its entries, the others wait
- * for a later turn.  One descent a slot finds the group and reads it.
+ * A grouped queue's walk of its groups in one pass: a scan of every slot's
+ * queue_group_idx, each standing on an entry of the next group that slot
+ * holds after the group served last (at[i]), and one snapshot, taken once
+ * the queue's pass lock is held (see above).  A turn serves the least of
+ * the slots' groups; the scans that stood on it read its entries and go on
+ * to their next group, most often a few entries further on the same page:
+ * a turn costs no descent.  A group with more than PGQ_GROUP_SKIP entries
+ * left after its turn is passed with a new descent, and the round's wrap
+ * to the first group takes one per slot.  The walk lives until the end of
+ * the pass (pgq_group_walks_close), through the turns of every
+ * pgq_take_grouped call of the queue in the pass.
  */
-typedef struct GroupTurn
+typedef struct GroupWalk
 {
-	text	   *group;			/* the turn's group; NULL: none after */
+	Snapshot	snap;			/* registered */
+	IndexScanDesc scans[PGQ_MAX_SLOTS]; /* NULL: not begun, or no index */
+	int			nkeys[PGQ_MAX_SLOTS];	/* scans[i]'s keys: 1 or 2 */
+	text	   *at[PGQ_MAX_SLOTS];	/* the group of the entry scans[i] stands
+									 * on; NULL: none left */
+	int			n;				/* slots */
 	Oid			coll;			/* the collation of group_key */
-	Snapshot	snap;			/* the latest, registered */
-	IndexScanDesc scans[PGQ_MAX_SLOTS]; /* open, or NULL */
-	bool		on_group[PGQ_MAX_SLOTS];	/* scan i stands on the group */
-} GroupTurn;
+} GroupWalk;
 
-/* Whether index tuple itup of a scan of queue_group_idx is of group g. */
+#define PGQ_GROUP_SKIP 32
+
+static List *group_walks = NIL; /* this pass's walks (pass memory) */
+static uint64 group_walks_pass = 0; /* the pass group_walks belongs to */
+
+/* Whether the entry scan stands on (xs_itup) is of group g. */
 static bool
 pgq_itup_of_group(IndexScanDesc scan, text *g)
 {
@@ -1285,97 +1300,150 @@ pgq_itup_of_group(IndexScanDesc scan, text *g)
 	return same;
 }
 
-/* End the turn's scans that are still open. */
+/* Slot i's scan stands on a new entry (or none): at[i] becomes its group. */
 static void
-pgq_group_scans_end(PassRels *r, GroupTurn *turn)
+pgq_gwalk_stand(GroupWalk *walk, int i, bool found)
 {
-	int			i;
+	bool		isnull = true;
+	Datum		d = (Datum) 0;
 
-	for (i = 0; i < r->w.jobs_view.n; i++)
-		if (turn->scans[i] != NULL)
-		{
-			index_endscan(turn->scans[i]);
-			turn->scans[i] = NULL;
-			ExecClearTuple(pgq_job_slot(&r->w, i)->found);
-		}
-}
-
-/* End a turn: its scans, its snapshot. */
-static void
-pgq_group_turn_end(PassRels *r, GroupTurn *turn)
-{
-	pgq_group_scans_end(r, turn);
-	UnregisterSnapshot(turn->snap);
+	if (walk->at[i] != NULL)
+		pfree(walk->at[i]);
+	walk->at[i] = NULL;
+	if (found)
+		d = index_getattr(walk->scans[i]->xs_itup, 2, walk->scans[i]->xs_itupdesc, &isnull);
+	if (!isnull)
+		walk->at[i] = DatumGetTextPCopy(d);
 }
 
 /*
- * Begin the turn of the first group of queue qname after group after (NULL:
- * the first): turn->group is NULL when there is none.  With the latest
- * snapshot, taken now: the caller holds the queue's pass lock (see above).
+ * Set slot i's scan on the first entry of queue qname's groups after group
+ * after (NULL: of the first group): one descent.
  */
 static void
-pgq_group_turn_begin(PassRels *r, text *qname, text *after, GroupTurn *turn)
+pgq_gwalk_seek(PassRels *r, GroupWalk *walk, int i, text *qname, text *after)
 {
-	Datum		first[PGQ_MAX_SLOTS];
+	Relation	idx = pgq_group_index(r, i);
+	ScanKeyData keys[2];
+	int			nkeys = after != NULL ? 2 : 1;
+
+	if (idx == NULL)
+		return;
+	walk->coll = idx->rd_indcollation[1];
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(qname));
+	if (after != NULL)
+		ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterStrategyNumber, InvalidOid,
+							   walk->coll, F_TEXT_GT, PointerGetDatum(after));
+	/* a scan's number of keys is fixed when it begins */
+	if (walk->scans[i] != NULL && walk->nkeys[i] != nkeys)
+	{
+		index_endscan(walk->scans[i]);
+		walk->scans[i] = NULL;
+	}
+	if (walk->scans[i] == NULL)
+	{
+		walk->scans[i] = pgq_index_beginscan(pgq_job_slot(&r->w, i)->rel, idx, walk->snap,
+											 nkeys, 0);
+		walk->scans[i]->xs_want_itup = true;
+		walk->nkeys[i] = nkeys;
+	}
+	index_rescan(walk->scans[i], keys, nkeys, NULL, 0);
+	pgq_gwalk_stand(walk, i, index_getnext_tid(walk->scans[i], ForwardScanDirection) != NULL);
+}
+
+/*
+ * Slot i's scan stands among the entries of group g: move it to the first
+ * entry of its next group.
+ */
+static void
+pgq_gwalk_pass(PassRels *r, GroupWalk *walk, int i, text *qname, text *g)
+{
+	int			k;
+
+	for (k = 0; k < PGQ_GROUP_SKIP; k++)
+	{
+		bool		found = index_getnext_tid(walk->scans[i], ForwardScanDirection) != NULL;
+
+		if (!found || !pgq_itup_of_group(walk->scans[i], g))
+		{
+			pgq_gwalk_stand(walk, i, found);
+			return;
+		}
+	}
+	pgq_gwalk_seek(r, walk, i, qname, g);	/* a long group: a descent */
+}
+
+/*
+ * Queue q's walk of its groups in this pass, begun (its snapshot taken, its
+ * scans set after the group served last) if this is the pass's first turn
+ * of q.  The caller holds q's pass lock.
+ */
+static GroupWalk *
+pgq_gwalk(PassRels *r, QueueState *q, text *qname)
+{
+	GroupWalk  *walk;
 	int			i;
 
-	turn->group = NULL;
-	turn->coll = DEFAULT_COLLATION_OID;
-	turn->snap = RegisterSnapshot(GetLatestSnapshot());
-	pgq_walks_close();			/* the slots' found rows are this turn's now */
-	for (i = 0; i < r->w.jobs_view.n; i++)
+	if (q->gwalk_pass == pass_count)
+		return q->gwalk;
+	if (group_walks_pass != pass_count)
 	{
-		Relation	idx = pgq_group_index(r, i);
-		IndexScanDesc scan;
-		ScanKeyData keys[2];
-		int			nkeys = 1;
-		bool		isnull;
-
-		turn->scans[i] = NULL;
-		turn->on_group[i] = false;
-		if (idx == NULL)
-			continue;
-		turn->coll = idx->rd_indcollation[1];
-		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-							   idx->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(qname));
-		if (after != NULL)
-		{
-			ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterStrategyNumber, InvalidOid,
-								   turn->coll, F_TEXT_GT, PointerGetDatum(after));
-			nkeys = 2;
-		}
-		scan = pgq_index_beginscan(pgq_job_slot(&r->w, i)->rel, idx, turn->snap, nkeys, 0);
-		scan->xs_want_itup = true;
-		index_rescan(scan, keys, nkeys, NULL, 0);
-		if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
-		{
-			index_endscan(scan);
-			continue;
-		}
-		first[i] = index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull);
-		if (isnull)				/* not in the index's range: cannot be */
-		{
-			index_endscan(scan);
-			continue;
-		}
-		turn->scans[i] = scan;
-		if (turn->group == NULL ||
-			DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, turn->coll, first[i],
-												  PointerGetDatum(turn->group))) < 0)
-			turn->group = DatumGetTextPCopy(first[i]);
+		group_walks = NIL;		/* an earlier pass's: ended with it */
+		group_walks_pass = pass_count;
 	}
-	/* the scans standing on the turn's group read on; the others end */
-	for (i = 0; i < r->w.jobs_view.n; i++)
-		if (turn->scans[i] != NULL)
-		{
-			if (pgq_itup_of_group(turn->scans[i], turn->group))
-				turn->on_group[i] = true;
-			else
-			{
-				index_endscan(turn->scans[i]);
-				turn->scans[i] = NULL;
-			}
-		}
+	walk = palloc0(sizeof(GroupWalk));
+	walk->n = r->w.jobs_view.n;
+	walk->coll = DEFAULT_COLLATION_OID;
+	walk->snap = RegisterSnapshot(GetLatestSnapshot());
+	group_walks = lappend(group_walks, walk);
+	q->gwalk = walk;
+	q->gwalk_pass = pass_count;
+	for (i = 0; i < walk->n; i++)
+		pgq_gwalk_seek(r, walk, i, qname, q->gcursor);
+	return walk;
+}
+
+/* The least group the walk's scans stand on (a copy); NULL: none. */
+static text *
+pgq_gwalk_least(GroupWalk *walk, Oid coll)
+{
+	text	   *least = NULL;
+	int			i;
+
+	for (i = 0; i < walk->n; i++)
+		if (walk->at[i] != NULL &&
+			(least == NULL ||
+			 DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, coll, PointerGetDatum(walk->at[i]),
+												   PointerGetDatum(least))) < 0))
+			least = walk->at[i];
+	if (least == NULL)
+		return NULL;
+	return (text *) memcpy(palloc(VARSIZE(least)), least, VARSIZE(least));
+}
+
+/* End this pass's walks of groups (before the pass closes its relations). */
+static void
+pgq_group_walks_close(void)
+{
+	ListCell   *lc;
+
+	if (group_walks_pass != pass_count)
+	{
+		group_walks = NIL;
+		return;
+	}
+	foreach(lc, group_walks)
+	{
+		GroupWalk  *walk = (GroupWalk *) lfirst(lc);
+		int			i;
+
+		for (i = 0; i < walk->n; i++)
+			if (walk->scans[i] != NULL)
+				index_endscan(walk->scans[i]);
+		UnregisterSnapshot(walk->snap);
+	}
+	group_walks = NIL;
 }
 
 /* A row of a group's walk that a turn may take. */
@@ -1399,13 +1467,14 @@ pgq_group_pick(GroupPick *p, int slot, TupleTableSlot *row, const QueuePos *pos)
 }
 
 /*
- * The turn of group turn->group in grouped queue q: take its due job in
- * retry, else its first due pending job when it has room.  Returns whether
- * it took one.  Ends the turn.  The caller holds the queue's pass lock.
+ * The turn of group g in grouped queue q, the least group its walk stands
+ * on: take its due job in retry, else its first due pending job when it has
+ * room.  Returns whether it took one.  The scans that stood on g go on to
+ * their next group.  The caller holds the queue's pass lock.
  */
 static bool
-pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupTurn *turn, TimestampTz now,
-			   int32 order, const PassStates *states)
+pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupWalk *walk, text *g,
+			   TimestampTz now, int32 order, const PassStates *states)
 {
 	Oid			scheduled = DatumGetObjectId(states->scheduled);
 	int64		in_flight = 0;
@@ -1416,13 +1485,16 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupTurn *turn, Timesta
 	int			i;
 
 	retry.has = pending.has = false;
-	for (i = 0; i < r->w.jobs_view.n; i++)
+	pgq_walks_close();			/* the slots' found rows are this turn's now */
+	for (i = 0; i < walk->n; i++)
 	{
 		PgqTable   *t;
-		IndexScanDesc scan = turn->scans[i];
-		bool		at_first = true;
+		IndexScanDesc scan = walk->scans[i];
+		bool		standing = true;
 
-		if (scan == NULL)
+		if (walk->at[i] == NULL ||
+			VARSIZE_ANY_EXHDR(walk->at[i]) != VARSIZE_ANY_EXHDR(g) ||
+			memcmp(VARDATA_ANY(walk->at[i]), VARDATA_ANY(g), VARSIZE_ANY_EXHDR(g)) != 0)
 			continue;
 		t = pgq_job_slot(&r->w, i);
 		for (;;)
@@ -1433,13 +1505,17 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupTurn *turn, Timesta
 			bool		mine;
 
 			/* the entry the scan stands on, then the group's next ones */
-			if (!at_first)
+			if (!standing)
 			{
-				if (index_getnext_tid(scan, ForwardScanDirection) == NULL ||
-					!pgq_itup_of_group(scan, turn->group))
+				bool		found = index_getnext_tid(scan, ForwardScanDirection) != NULL;
+
+				if (!found || !pgq_itup_of_group(scan, g))
+				{
+					pgq_gwalk_stand(walk, i, found);	/* on its next group */
 					break;
+				}
 			}
-			at_first = false;
+			standing = false;
 			if (!index_fetch_heap(scan, t->found))
 				continue;		/* dead, or not visible */
 			state = DatumGetObjectId(pgq_get(t, t->found, PGQ_COL_STATE, &isnull));
@@ -1475,12 +1551,13 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupTurn *turn, Timesta
 				}
 				/* the slot's first due pending job: the rest wait behind it */
 				pgq_group_pick(&pending, i, t->found, &pos);
+				pgq_gwalk_pass(r, walk, i, qname, g);
 				break;
 			}
 			CHECK_FOR_INTERRUPTS();
 		}
+		ExecClearTuple(t->found);
 	}
-	pgq_group_scans_end(r, turn);
 
 	if (retry.has)
 		pick = &retry;			/* it holds its place already */
@@ -1494,7 +1571,7 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupTurn *turn, Timesta
 		PgqTable   *t = pgq_job_slot(&r->w, pick->slot);
 		TM_Result	res = TM_Invisible;
 
-		if (table_tuple_fetch_row_version(t->rel, &pick->tid, turn->snap, t->found))
+		if (table_tuple_fetch_row_version(t->rel, &pick->tid, walk->snap, t->found))
 			res = pgq_take_row(r, t, qname, now, order, states);
 		ExecClearTuple(t->found);
 		if (res == TM_Ok)
@@ -1502,7 +1579,6 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupTurn *turn, Timesta
 		else
 			q->gblocked = true; /* held or changed: the next pass looks again */
 	}
-	UnregisterSnapshot(turn->snap);
 	return took;
 }
 
@@ -1520,6 +1596,7 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 {
 	text	   *qname = cstring_to_text(q->name);
 	TimestampTz null_due = DT_NOEND;
+	GroupWalk  *walk;
 
 	if (q->gpass != pass_count)
 	{
@@ -1542,15 +1619,14 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 		return false;
 	}
 
+	walk = pgq_gwalk(r, q, qname);
 	for (;;)
 	{
-		GroupTurn	turn;
 		text	   *pos;
 		bool		took;
 
 		/* the group after the one served last; after the last, no group */
-		pgq_group_turn_begin(r, qname, q->gcursor, &turn);
-		pos = turn.group;
+		pos = pgq_gwalk_least(walk, walk->coll);
 
 		/*
 		 * A whole round took nothing: back at (or past: its jobs may have
@@ -1566,20 +1642,14 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 		else if (pos == NULL)
 		{
 			if (q->gwrapped || q->gidle_key == NULL)
-			{
-				pgq_group_turn_end(r, &turn);
 				break;
-			}
 			q->gwrapped = true;
 		}
 		else if (q->gwrapped &&
 				 (q->gidle_key == NULL ||
-				  DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, turn.coll, PointerGetDatum(pos),
+				  DatumGetInt32(DirectFunctionCall2Coll(bttextcmp, walk->coll, PointerGetDatum(pos),
 														PointerGetDatum(q->gidle_key))) >= 0))
-		{
-			pgq_group_turn_end(r, &turn);
 			break;
-		}
 		if (q->gcursor != NULL)
 			pfree(q->gcursor);
 		q->gcursor = pos == NULL ? NULL :
@@ -1588,13 +1658,17 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			memcpy(q->gcursor, pos, VARSIZE(pos));
 		if (pos == NULL)
 		{
-			pgq_group_turn_end(r, &turn);
+			int			i;
+
 			took = pgq_take_one(r, q, now, order, states);
 			if (!took)
 				null_due = q->next_due;
+			/* the round wraps around: the scans go back to the first group */
+			for (i = 0; i < walk->n; i++)
+				pgq_gwalk_seek(r, walk, i, qname, NULL);
 		}
 		else
-			took = pgq_take_group(r, q, qname, &turn, now, order, states);
+			took = pgq_take_group(r, q, qname, walk, pos, now, order, states);
 		if (took)
 		{
 			q->gidle = false;
@@ -1869,6 +1943,7 @@ pgq_schedule_pass(int max_items)
 	}
 
 	pgq_walks_close();
+	pgq_group_walks_close();
 
 	/*
 	 * A full walk's cost is that of the walks from the heads it reset, not
@@ -1949,6 +2024,7 @@ pgq_schedule_at_xact_end(bool commit)
 		view_valid = false;
 	pass_in_xact = false;
 	open_walks.q = NULL;		/* ended by the pass, or by the abort */
+	group_walks = NIL;			/* the same */
 }
 
 /*
