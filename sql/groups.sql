@@ -201,5 +201,20 @@ SELECT pgq_schedule();
 ROLLBACK;
 SELECT pgq_schedule();
 SELECT * FROM in_flight;
+
+-- a pass that found every group full waits for a place to be freed: a
+-- commit that frees one, or its own transaction's (an ack before it)
+TRUNCATE pgqueue.queue, pgqueue.work_queue;
+SELECT count(pgq_push('g', jsonb_build_object('n', n), group_key => 'a')) FROM generate_series(1, 3) n;
+SELECT pgq_schedule();
+SELECT pgq_schedule();
+BEGIN;
+SELECT pg_temp.ack_all('g') AS acked;
+SELECT pgq_schedule();
+COMMIT;
+SELECT pgq_schedule();
+SELECT pg_temp.ack_all('g') AS acked;
+SELECT pgq_schedule();
+SELECT * FROM in_flight;
 TRUNCATE pgqueue.queue, pgqueue.work_queue;
 DELETE FROM pgqueue.queues;

@@ -418,6 +418,16 @@ pgq_places_generation(void)
 }
 
 /*
+ * Whether the current transaction freed places (PGQ_WAKE_PLACES) that it
+ * has not yet published: a pass in the same transaction sees them.
+ */
+bool
+pgq_own_places_freed(void)
+{
+	return (pending_wake & PGQ_WAKE_PLACES) != 0;
+}
+
+/*
  * Register the transaction callbacks; every backend that loads the library
  * does this once, from _PG_init.  at_xact_end is called at every commit,
  * abort and prepare, after the bounds have been dealt with.

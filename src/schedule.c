@@ -1905,9 +1905,10 @@ pgq_schedule_pass(int max_items)
 	/*
 	 * Places were freed since the last pass (an ack, a cancel, a failure
 	 * ...; committed before pgen was read, so this pass's snapshots see
-	 * them): the grouped queues waiting for one round again.
+	 * them), or by this pass's own transaction: the grouped queues waiting
+	 * for one round again.
 	 */
-	if (pgen != places_gen)
+	if (pgen != places_gen || pgq_own_places_freed())
 	{
 		HASH_SEQ_STATUS seq;
 		QueueState *q;

@@ -113,6 +113,7 @@ extern int	pgq_read_ready_notes(uint64 *pos, char ***names, PgqKey **keys, uint3
 extern int	pgq_own_ready(char ***names, PgqKey **keys, uint32 **slots);
 extern uint64 pgq_settings_generation(void);
 extern uint64 pgq_places_generation(void);
+extern bool pgq_own_places_freed(void);
 extern void pgq_prepare_wait(bool filtered);
 extern void pgq_wait_for_work(TimestampTz until);
 extern void pgq_end_wait(bool completed);
