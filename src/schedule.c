@@ -1271,6 +1271,9 @@ typedef struct GroupWalk
 	int			nkeys[PGQ_MAX_SLOTS];	/* scans[i]'s keys: 1 or 2 */
 	text	   *at[PGQ_MAX_SLOTS];	/* the group of the entry scans[i] stands
 									 * on; NULL: none left */
+	text	   *after[PGQ_MAX_SLOTS];	/* the group scans[i]'s key is after
+										 * (its own copy: the key points to it) */
+	text	   *qname;			/* the queue (the keys point to it) */
 	int			n;				/* slots */
 	Oid			coll;			/* the collation of group_key */
 } GroupWalk;
@@ -1317,24 +1320,30 @@ pgq_gwalk_stand(GroupWalk *walk, int i, bool found)
 }
 
 /*
- * Set slot i's scan on the first entry of queue qname's groups after group
- * after (NULL: of the first group): one descent.
+ * Set slot i's scan on the first entry of the queue's groups after group
+ * after (NULL: of the first group): one descent.  The scan's keys point to
+ * the walk's own copies of the queue's name and of after: a scan reads its
+ * keys at each page it steps on, long after this call (the caller's after,
+ * the group served last, is freed when the next group is served).
  */
 static void
-pgq_gwalk_seek(PassRels *r, GroupWalk *walk, int i, text *qname, text *after)
+pgq_gwalk_seek(PassRels *r, GroupWalk *walk, int i, text *after)
 {
 	Relation	idx = pgq_group_index(r, i);
 	ScanKeyData keys[2];
 	int			nkeys = after != NULL ? 2 : 1;
+	text	   *old_after = walk->after[i];
 
 	if (idx == NULL)
 		return;
+	walk->after[i] = after == NULL ? NULL :
+		(text *) memcpy(palloc(VARSIZE_ANY(after)), after, VARSIZE_ANY(after));
 	walk->coll = idx->rd_indcollation[1];
 	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   idx->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(qname));
+						   idx->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(walk->qname));
 	if (after != NULL)
 		ScanKeyEntryInitialize(&keys[1], 0, 2, BTGreaterStrategyNumber, InvalidOid,
-							   walk->coll, F_TEXT_GT, PointerGetDatum(after));
+							   walk->coll, F_TEXT_GT, PointerGetDatum(walk->after[i]));
 	/* a scan's number of keys is fixed when it begins */
 	if (walk->scans[i] != NULL && walk->nkeys[i] != nkeys)
 	{
@@ -1349,6 +1358,8 @@ pgq_gwalk_seek(PassRels *r, GroupWalk *walk, int i, text *qname, text *after)
 		walk->nkeys[i] = nkeys;
 	}
 	index_rescan(walk->scans[i], keys, nkeys, NULL, 0);
+	if (old_after != NULL)
+		pfree(old_after);		/* the scan's keys no longer point to it */
 	pgq_gwalk_stand(walk, i, index_getnext_tid(walk->scans[i], ForwardScanDirection) != NULL);
 }
 
@@ -1357,7 +1368,7 @@ pgq_gwalk_seek(PassRels *r, GroupWalk *walk, int i, text *qname, text *after)
  * entry of its next group.
  */
 static void
-pgq_gwalk_pass(PassRels *r, GroupWalk *walk, int i, text *qname, text *g)
+pgq_gwalk_pass(PassRels *r, GroupWalk *walk, int i, text *g)
 {
 	int			k;
 
@@ -1371,7 +1382,7 @@ pgq_gwalk_pass(PassRels *r, GroupWalk *walk, int i, text *qname, text *g)
 			return;
 		}
 	}
-	pgq_gwalk_seek(r, walk, i, qname, g);	/* a long group: a descent */
+	pgq_gwalk_seek(r, walk, i, g);	/* a long group: a descent */
 }
 
 /*
@@ -1395,12 +1406,13 @@ pgq_gwalk(PassRels *r, QueueState *q, text *qname)
 	walk = palloc0(sizeof(GroupWalk));
 	walk->n = r->w.jobs_view.n;
 	walk->coll = DEFAULT_COLLATION_OID;
+	walk->qname = (text *) memcpy(palloc(VARSIZE(qname)), qname, VARSIZE(qname));
 	walk->snap = RegisterSnapshot(GetLatestSnapshot());
 	group_walks = lappend(group_walks, walk);
 	q->gwalk = walk;
 	q->gwalk_pass = pass_count;
 	for (i = 0; i < walk->n; i++)
-		pgq_gwalk_seek(r, walk, i, qname, q->gcursor);
+		pgq_gwalk_seek(r, walk, i, q->gcursor);
 	return walk;
 }
 
@@ -1551,7 +1563,7 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupWalk *walk, text *g
 				}
 				/* the slot's first due pending job: the rest wait behind it */
 				pgq_group_pick(&pending, i, t->found, &pos);
-				pgq_gwalk_pass(r, walk, i, qname, g);
+				pgq_gwalk_pass(r, walk, i, g);
 				break;
 			}
 			CHECK_FOR_INTERRUPTS();
@@ -1665,7 +1677,7 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 				null_due = q->next_due;
 			/* the round wraps around: the scans go back to the first group */
 			for (i = 0; i < walk->n; i++)
-				pgq_gwalk_seek(r, walk, i, qname, NULL);
+				pgq_gwalk_seek(r, walk, i, NULL);
 		}
 		else
 			took = pgq_take_group(r, q, qname, walk, pos, now, order, states);
