@@ -217,10 +217,9 @@ SELECT pg_temp.ack_all('g') AS acked;
 SELECT pgq_schedule();
 SELECT * FROM in_flight;
 
--- many groups with keys of every length, over many pages of the index: a
--- pass's walk steps from page to page after the group it began after was
--- served (its scans keep their own copy of that key); each pass releases
--- one job of every group, then the next
+-- many groups with keys of every length, over many pages of the index:
+-- a pass's walk steps from page to page and from group to group; each
+-- pass releases one job of every group, then the next
 TRUNCATE pgqueue.queue, pgqueue.work_queue;
 SELECT count(pgq_push('g', jsonb_build_object('n', n),
                       group_key => repeat(chr(65 + g % 26), 1 + (g * 37) % 240) || g))
