@@ -90,7 +90,13 @@ QUEUES = {
 CAPPED = ['soak_cap3', 'soak_cap5']
 RATED = ['soak_rate']
 GROUPED = ['soak_group']
-GROUPS = ['g%d' % i for i in range(8)]
+# keys of every length up to the limit (256 bytes), multibyte ones among
+# them, so that a grouped queue's index spans pages and a pass's walk of
+# its groups steps from page to page
+GROUPS = (['g%d' % i for i in range(8)] +
+          ['customer-%d-%s' % (i, 'x' * (20 * i)) for i in range(1, 12)] +
+          ['ключ-%d' % i for i in range(4)] +
+          ['L\u00e9' * 80 + str(i) for i in range(3)])
 # a job's "work": a row written in the transaction of its ack
 DONE_SQL = 'INSERT INTO soak_done (id, holder) VALUES (%s, %s)'
 LEASES = [1, 2, 3]     # seconds
