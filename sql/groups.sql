@@ -234,5 +234,22 @@ SELECT pgq_schedule(1000) AS released;
 SELECT count(*) AS groups, max(n) AS most, min(jobs) AS n FROM in_flight;
 SELECT pg_temp.ack_all('g') IS NOT NULL AS acked;
 SELECT pgq_schedule(1000) AS released;
+
+-- the index of groups holds every version of a row with a group and no
+-- other (rows without a group skip it, whatever pushes or passes write
+-- them with): amcheck's heapallindexed, after pushes and passes of both
+TRUNCATE pgqueue.queue, pgqueue.work_queue;
+SELECT count(pgq_push('g', jsonb_build_object('n', n),
+                      group_key => CASE WHEN n % 3 > 0 THEN 'k' || n % 5 END))
+  FROM generate_series(1, 60) n;
+SELECT pgq_schedule(7) AS released;
+SELECT pgq_schedule(1000) AS released;
+SELECT pg_temp.ack_all('g') IS NOT NULL AS acked;
+SELECT pgq_schedule(1000) AS released;
+CREATE EXTENSION amcheck;
+SELECT count(*) > 0 AS checked
+  FROM pg_class c, LATERAL bt_index_check(c.oid, true)
+ WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname LIKE '%\_group\_idx';
+DROP EXTENSION amcheck;
 TRUNCATE pgqueue.queue, pgqueue.work_queue;
 DELETE FROM pgqueue.queues;

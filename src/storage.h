@@ -71,6 +71,8 @@ typedef struct PgqTable
 {
 	bool		is_open;
 	bool		indexes_open;	/* rri's indexes opened (for inserts, updates) */
+	bool		group_idx_last; /* 1.2: its group_idx is rri's last index, which
+								 * a row without a group_key skips */
 	int32		slot;			/* the slot it is (1.1), its slot column's value */
 	Relation	rel;
 	Relation	pkey;			/* the primary key index, on id */

@@ -117,6 +117,7 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 	t->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(t->rri, t->rel, rti, NULL, 0);
 	t->indexes_open = false;	/* pgq_table_indexes: deletes need none */
+	t->group_idx_last = false;
 	t->found = table_slot_create(t->rel, &w->estate->es_tupleTable);
 	t->next = table_slot_create(t->rel, &w->estate->es_tupleTable);
 	t->is_open = true;
@@ -126,10 +127,71 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 void
 pgq_table_indexes(PgqTable *t)
 {
+	ResultRelInfo *rri = t->rri;
+	int			last;
+	int			i;
+
 	if (t->indexes_open)
 		return;
-	ExecOpenIndices(t->rri, false);
+	ExecOpenIndices(rri, false);
 	t->indexes_open = true;
+	last = rri->ri_NumIndices - 1;
+
+	/*
+	 * A slot of pgqueue.queue (1.2): its group_idx goes last, so that the
+	 * entries of a row without a group_key, which that partial index never
+	 * holds (WHERE group_key IS NOT NULL), are made without evaluating its
+	 * predicate (pgq_table_index_row): the jobs without a group pay nothing
+	 * for it.
+	 */
+	t->group_idx_last = false;
+	if (t->att[PGQ_COL_GROUP_KEY] == InvalidAttrNumber)
+		return;
+	for (i = 0; i <= last; i++)
+	{
+		const char *name = RelationGetRelationName(rri->ri_IndexRelationDescs[i]);
+		size_t		len = strlen(name);
+
+		if (len > 10 && strcmp(name + len - 10, "_group_idx") == 0)
+		{
+			Relation	d = rri->ri_IndexRelationDescs[i];
+			IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
+
+			rri->ri_IndexRelationDescs[i] = rri->ri_IndexRelationDescs[last];
+			rri->ri_IndexRelationInfo[i] = rri->ri_IndexRelationInfo[last];
+			rri->ri_IndexRelationDescs[last] = d;
+			rri->ri_IndexRelationInfo[last] = ii;
+			t->group_idx_last = true;
+			break;
+		}
+	}
+}
+
+/*
+ * Make the index entries of the version in t->next (inserted, or the new
+ * version of an update): those of every index, but group_idx's only when
+ * the row has a group_key (see pgq_table_indexes).
+ */
+static void
+pgq_table_index_row(PgqWrite *w, PgqTable *t, bool update, bool only_summarizing)
+{
+	ResultRelInfo *rri = t->rri;
+	bool		isnull = false;
+
+	if (t->group_idx_last)
+		(void) slot_getattr(t->next, t->att[PGQ_COL_GROUP_KEY], &isnull);
+	if (isnull)
+		rri->ri_NumIndices--;	/* group_idx, last, would take nothing */
+	PG_TRY();
+	{
+		list_free(pgq_insert_index_tuples(rri, t->next, w->estate, update, only_summarizing));
+	}
+	PG_FINALLY();
+	{
+		if (isnull)
+			rri->ri_NumIndices++;
+	}
+	PG_END_TRY();
 }
 
 static void
@@ -904,8 +966,7 @@ pgq_update_found(PgqWrite *w, PgqTable *t, PgqRowCheck check,
 			if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes))
 				pgq_table_indexes(t);
 			if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes) && t->rri->ri_NumIndices > 0)
-				list_free(pgq_insert_index_tuples(t->rri, t->next, w->estate, true,
-												  PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes)));
+				pgq_table_index_row(w, t, true, PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes));
 			pgq_write_done(w, t);
 			return true;
 		}
@@ -938,7 +999,7 @@ pgq_insert(PgqWrite *w, PgqTable *t, Datum *values, bool *isnull)
 	table_tuple_insert(t->rel, t->next, w->cid, 0, NULL);
 	pgq_table_indexes(t);
 	if (t->rri->ri_NumIndices > 0)
-		list_free(pgq_insert_index_tuples(t->rri, t->next, w->estate, false, false));
+		pgq_table_index_row(w, t, false, false);
 	pgq_write_done(w, t);
 }
 
