@@ -894,8 +894,8 @@ pgq_take_row(PassRels *r, PgqTable *job, text *qname, TimestampTz now, int32 ord
 		if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes))
 			pgq_table_indexes(job);
 		if (PGQ_UPDATE_NEEDS_INDEXES(update_indexes) && job->rri->ri_NumIndices > 0)
-			list_free(pgq_insert_index_tuples(job->rri, job->next, r->w.estate, true,
-											  PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes)));
+			pgq_table_index_row(&r->w, job, true,
+								PGQ_UPDATE_ONLY_SUMMARIZING(update_indexes));
 		for (i = 0; i < natts; i++)
 		{
 			values[i] = (Datum) 0;

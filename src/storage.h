@@ -71,8 +71,10 @@ typedef struct PgqTable
 {
 	bool		is_open;
 	bool		indexes_open;	/* rri's indexes opened (for inserts, updates) */
-	bool		group_idx_last; /* 1.2: its group_idx is rri's last index, which
-								 * a row without a group_key skips */
+	Oid			group_idx;		/* 1.2: its group_idx, opened when a row with
+								 * a group_key is written (pgq_table_indexes) */
+	bool		group_idx_last; /* ... opened: rri's last index, which a row
+								 * without a group_key leaves out */
 	int32		slot;			/* the slot it is (1.1), its slot column's value */
 	Relation	rel;
 	Relation	pkey;			/* the primary key index, on id */
@@ -137,6 +139,8 @@ extern void pgq_write_begin(PgqWrite *w, const char *fn, int open);
 extern void pgq_write_new_snapshot(PgqWrite *w);
 extern PgqTable *pgq_write_job(PgqWrite *w);
 extern void pgq_table_indexes(PgqTable *t);
+extern void pgq_table_index_row(PgqWrite *w, PgqTable *t, bool update,
+								bool only_summarizing);
 extern void pgq_write_end(PgqWrite *w);
 extern void pgq_write_changes(PgqWrite *w, PgqTable *t, const PgqCol *cols, int ncols);
 extern bool pgq_find(PgqWrite *w, PgqTable *t, Datum id);

@@ -38,6 +38,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
@@ -86,20 +87,30 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 {
 	TupleDesc	desc;
 	int			c;
-	int			i;
+	int			k;
+	int			from = 0;
 
 	t->rel = table_open(relid, lockmode);
 	desc = RelationGetDescr(t->rel);
+
+	/*
+	 * Each column is looked for from the attribute after the one the last
+	 * column was found at: where the table's columns are in the order of
+	 * pgq_col_names (every table made by the install and update scripts,
+	 * but for a few columns of work_queue), the first comparison finds it.
+	 */
 	for (c = 0; c < PGQ_NUM_COLS; c++)
 	{
 		t->att[c] = InvalidAttrNumber;
-		for (i = 0; i < desc->natts; i++)
+		for (k = 0; k < desc->natts; k++)
 		{
+			int			i = (from + k) % desc->natts;
 			Form_pg_attribute a = TupleDescAttr(desc, i);
 
 			if (!a->attisdropped && strcmp(NameStr(a->attname), pgq_col_names[c]) == 0)
 			{
 				t->att[c] = a->attnum;
+				from = i + 1;
 				break;
 			}
 		}
@@ -117,54 +128,112 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 	t->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(t->rri, t->rel, rti, NULL, 0);
 	t->indexes_open = false;	/* pgq_table_indexes: deletes need none */
+	t->group_idx = InvalidOid;
 	t->group_idx_last = false;
 	t->found = table_slot_create(t->rel, &w->estate->es_tupleTable);
 	t->next = table_slot_create(t->rel, &w->estate->es_tupleTable);
 	t->is_open = true;
 }
 
-/* Open t's indexes, for an insert or a non-HOT update. */
+/*
+ * The OID of the group_idx among a slot's indexes oids (1.2), or
+ * InvalidOid: found by name, then remembered per table (a remembered OID
+ * is taken only when it is still in the list).
+ */
+static Oid
+pgq_group_index_of(Oid tbl, List *oids)
+{
+	static struct
+	{
+		Oid			tbl;
+		Oid			idx;
+	}			known[64];
+	int			h = tbl % lengthof(known);
+	ListCell   *lc;
+
+	if (known[h].tbl == tbl && OidIsValid(known[h].idx))
+		foreach(lc, oids)
+			if (lfirst_oid(lc) == known[h].idx)
+				return known[h].idx;
+	foreach(lc, oids)
+	{
+		char	   *name = get_rel_name(lfirst_oid(lc));
+		bool		is_group = false;
+
+		if (name != NULL)
+		{
+			size_t		len = strlen(name);
+
+			is_group = len > 10 && strcmp(name + len - 10, "_group_idx") == 0;
+			pfree(name);
+		}
+		if (is_group)
+		{
+			known[h].tbl = tbl;
+			known[h].idx = lfirst_oid(lc);
+			return known[h].idx;
+		}
+	}
+	return InvalidOid;
+}
+
+/*
+ * Open t's indexes, for an insert or a non-HOT update.
+ *
+ * A slot of pgqueue.queue (1.2) has a group_idx, a partial index that
+ * never holds a row without a group_key (WHERE group_key IS NOT NULL):
+ * it is left out here, as ExecOpenIndices would open it, and opened last
+ * by the first row with a group_key (pgq_table_index_row), so that a call
+ * that writes only jobs without a group neither builds its IndexInfo (a
+ * copy of its expressions and predicate) nor evaluates its predicate.
+ */
 void
 pgq_table_indexes(PgqTable *t)
 {
 	ResultRelInfo *rri = t->rri;
-	int			last;
-	int			i;
+	List	   *oids;
+	ListCell   *lc;
+	int			n = 0;
+	Oid			group_idx;
 
 	if (t->indexes_open)
 		return;
-	ExecOpenIndices(rri, false);
 	t->indexes_open = true;
-	last = rri->ri_NumIndices - 1;
-
-	/*
-	 * A slot of pgqueue.queue (1.2): its group_idx goes last, so that the
-	 * entries of a row without a group_key, which that partial index never
-	 * holds (WHERE group_key IS NOT NULL), are made without evaluating its
-	 * predicate (pgq_table_index_row): the jobs without a group pay nothing
-	 * for it.
-	 */
+	t->group_idx = InvalidOid;
 	t->group_idx_last = false;
 	if (t->att[PGQ_COL_GROUP_KEY] == InvalidAttrNumber)
-		return;
-	for (i = 0; i <= last; i++)
 	{
-		const char *name = RelationGetRelationName(rri->ri_IndexRelationDescs[i]);
-		size_t		len = strlen(name);
-
-		if (len > 10 && strcmp(name + len - 10, "_group_idx") == 0)
-		{
-			Relation	d = rri->ri_IndexRelationDescs[i];
-			IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
-
-			rri->ri_IndexRelationDescs[i] = rri->ri_IndexRelationDescs[last];
-			rri->ri_IndexRelationInfo[i] = rri->ri_IndexRelationInfo[last];
-			rri->ri_IndexRelationDescs[last] = d;
-			rri->ri_IndexRelationInfo[last] = ii;
-			t->group_idx_last = true;
-			break;
-		}
+		ExecOpenIndices(rri, false);
+		return;
 	}
+
+	/* ExecOpenIndices (without speculative insertion), but group_idx */
+	rri->ri_NumIndices = 0;
+	if (!RelationGetForm(t->rel)->relhasindex)
+		return;
+	oids = RelationGetIndexList(t->rel);
+	if (oids == NIL)
+		return;
+	group_idx = pgq_group_index_of(RelationGetRelid(t->rel), oids);
+	rri->ri_IndexRelationDescs = palloc(list_length(oids) * sizeof(Relation));
+	rri->ri_IndexRelationInfo = palloc(list_length(oids) * sizeof(IndexInfo *));
+	foreach(lc, oids)
+	{
+		Oid			oid = lfirst_oid(lc);
+		Relation	idx;
+
+		if (oid == group_idx)
+		{
+			t->group_idx = oid;
+			continue;
+		}
+		idx = index_open(oid, RowExclusiveLock);
+		rri->ri_IndexRelationDescs[n] = idx;
+		rri->ri_IndexRelationInfo[n] = BuildIndexInfo(idx);
+		n++;
+	}
+	rri->ri_NumIndices = n;
+	list_free(oids);
 }
 
 /*
@@ -172,16 +241,28 @@ pgq_table_indexes(PgqTable *t)
  * version of an update): those of every index, but group_idx's only when
  * the row has a group_key (see pgq_table_indexes).
  */
-static void
+void
 pgq_table_index_row(PgqWrite *w, PgqTable *t, bool update, bool only_summarizing)
 {
 	ResultRelInfo *rri = t->rri;
-	bool		isnull = false;
+	bool		isnull = true;
 
-	if (t->group_idx_last)
+	if (OidIsValid(t->group_idx))
 		(void) slot_getattr(t->next, t->att[PGQ_COL_GROUP_KEY], &isnull);
+	if (!isnull && !t->group_idx_last)
+	{
+		/* the first row with a group: its index, last (see above) */
+		Relation	idx = index_open(t->group_idx, RowExclusiveLock);
+
+		rri->ri_IndexRelationDescs[rri->ri_NumIndices] = idx;
+		rri->ri_IndexRelationInfo[rri->ri_NumIndices] = BuildIndexInfo(idx);
+		rri->ri_NumIndices++;
+		t->group_idx_last = true;
+	}
+	/* a row without a group: group_idx, opened, is left out */
+	isnull = isnull && t->group_idx_last;
 	if (isnull)
-		rri->ri_NumIndices--;	/* group_idx, last, would take nothing */
+		rri->ri_NumIndices--;
 	PG_TRY();
 	{
 		list_free(pgq_insert_index_tuples(rri, t->next, w->estate, update, only_summarizing));
