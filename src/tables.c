@@ -35,10 +35,12 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
@@ -58,6 +60,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -136,13 +139,18 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 }
 
 /*
- * The OID of the group_idx among a slot's indexes oids (1.2), or
- * InvalidOid: found by name, then remembered per table (a remembered OID
- * is taken only when it is still in the list).
+ * The OID of the group_idx among the indexes oids of slot rel (1.2), or
+ * InvalidOid: the partial index named <slot>_group_idx (ring.c, the update
+ * script), then remembered per table (a remembered OID is taken only while
+ * it is still in the list).  An index of another name, or without a
+ * predicate, is never taken for it: the rows without a group_key leave it
+ * out.
  */
 static Oid
-pgq_group_index_of(Oid tbl, List *oids)
+pgq_group_index_of(Relation rel, List *oids)
 {
+	Oid			tbl = RelationGetRelid(rel);
+	char	   *want;
 	static struct
 	{
 		Oid			tbl;
@@ -155,25 +163,36 @@ pgq_group_index_of(Oid tbl, List *oids)
 		foreach(lc, oids)
 			if (lfirst_oid(lc) == known[h].idx)
 				return known[h].idx;
+	want = psprintf("%s_group_idx", RelationGetRelationName(rel));
 	foreach(lc, oids)
 	{
-		char	   *name = get_rel_name(lfirst_oid(lc));
+		Oid			oid = lfirst_oid(lc);
+		char	   *name = get_rel_name(oid);
 		bool		is_group = false;
 
 		if (name != NULL)
 		{
-			size_t		len = strlen(name);
-
-			is_group = len > 10 && strcmp(name + len - 10, "_group_idx") == 0;
+			is_group = strcmp(name, want) == 0;
 			pfree(name);
 		}
 		if (is_group)
 		{
+			HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(oid));
+
+			is_group = HeapTupleIsValid(tup) &&
+				!heap_attisnull(tup, Anum_pg_index_indpred, NULL);
+			if (HeapTupleIsValid(tup))
+				ReleaseSysCache(tup);
+		}
+		if (is_group)
+		{
 			known[h].tbl = tbl;
-			known[h].idx = lfirst_oid(lc);
-			return known[h].idx;
+			known[h].idx = oid;
+			pfree(want);
+			return oid;
 		}
 	}
+	pfree(want);
 	return InvalidOid;
 }
 
@@ -214,7 +233,7 @@ pgq_table_indexes(PgqTable *t)
 	oids = RelationGetIndexList(t->rel);
 	if (oids == NIL)
 		return;
-	group_idx = pgq_group_index_of(RelationGetRelid(t->rel), oids);
+	group_idx = pgq_group_index_of(t->rel, oids);
 	rri->ri_IndexRelationDescs = palloc(list_length(oids) * sizeof(Relation));
 	rri->ri_IndexRelationInfo = palloc(list_length(oids) * sizeof(IndexInfo *));
 	foreach(lc, oids)
