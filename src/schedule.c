@@ -1697,7 +1697,7 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 	 * a job is pushed or becomes due (the queue's notes, next_due).  The
 	 * queue waits for that, but rounds again after 20 times this round's
 	 * cost, at least 10 s after it, whatever happened (a round of 100,000
-	 * full groups costs about half a second): a place freed where no
+	 * full groups costs under a second): a place freed where no
 	 * commit of this database says so (a prepared transaction's, an ack
 	 * that read the queue's settings before it was grouped) is seen then.
 	 */
