@@ -407,7 +407,6 @@ pgq_places_generation(void)
 {
 	static uint64 unshared_gen = 0;
 	PgqDbSlot  *slot = pgq_my_slot();
-
 	uint64		gen;
 
 	if (slot == NULL)

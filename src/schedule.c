@@ -1283,6 +1283,17 @@ typedef struct GroupWalk
 static List *group_walks = NIL; /* this pass's walks (pass memory) */
 static uint64 group_walks_pass = 0; /* the pass group_walks belongs to */
 
+/*
+ * Whether groups a and b are the same: the same bytes (group_key has the
+ * database's default collation, which is deterministic).
+ */
+static bool
+pgq_same_group(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b)) == 0;
+}
+
 /* Whether the entry scan stands on (xs_itup) is of group g. */
 static bool
 pgq_itup_of_group(IndexScanDesc scan, text *g)
@@ -1294,10 +1305,8 @@ pgq_itup_of_group(IndexScanDesc scan, text *g)
 
 	if (isnull)
 		return false;
-	/* group_key has the database's default collation: deterministic */
 	t = DatumGetTextPP(d);
-	same = VARSIZE_ANY_EXHDR(t) == VARSIZE_ANY_EXHDR(g) &&
-		memcmp(VARDATA_ANY(t), VARDATA_ANY(g), VARSIZE_ANY_EXHDR(g)) == 0;
+	same = pgq_same_group(t, g);
 	if ((Pointer) t != DatumGetPointer(d))
 		pfree(t);
 	return same;
@@ -1504,9 +1513,7 @@ pgq_take_group(PassRels *r, QueueState *q, text *qname, GroupWalk *walk, text *g
 		IndexScanDesc scan = walk->scans[i];
 		bool		standing = true;
 
-		if (walk->at[i] == NULL ||
-			VARSIZE_ANY_EXHDR(walk->at[i]) != VARSIZE_ANY_EXHDR(g) ||
-			memcmp(VARDATA_ANY(walk->at[i]), VARDATA_ANY(g), VARSIZE_ANY_EXHDR(g)) != 0)
+		if (walk->at[i] == NULL || !pgq_same_group(walk->at[i], g))
 			continue;
 		t = pgq_job_slot(&r->w, i);
 		for (;;)

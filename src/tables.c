@@ -80,6 +80,8 @@ static void pgq_table_close(PgqTable *t);
 static bool pgq_write_result(PgqWrite *w, PgqTable *t, TM_Result res,
 							 TM_FailureData *tmfd, const char *what);
 static void pgq_write_done(PgqWrite *w, PgqTable *t);
+static Oid	pgq_slot_cache_get(Oid parent, const char *role);
+static void pgq_slot_cache_put(Oid parent, const char *role, Oid part);
 
 /*
  * Open the table and its indexes for writing (range table index rti of
@@ -139,61 +141,37 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 }
 
 /*
- * The OID of the group_idx among the indexes oids of slot rel (1.2), or
- * InvalidOid: the partial index named <slot>_group_idx (ring.c, the update
- * script), then remembered per table (a remembered OID is taken only while
- * it is still in the list).  An index of another name, or without a
+ * The OID of slot rel's group_idx (1.2), or InvalidOid: the partial index
+ * named <slot>_group_idx (ring.c, the update script), in the slots' cache
+ * of index OIDs.  An index of another name, or one of that name without a
  * predicate, is never taken for it: the rows without a group_key leave it
  * out.
  */
 static Oid
-pgq_group_index_of(Relation rel, List *oids)
+pgq_group_index_of(Relation rel)
 {
-	Oid			tbl = RelationGetRelid(rel);
-	char	   *want;
-	static struct
-	{
-		Oid			tbl;
-		Oid			idx;
-	}			known[64];
-	int			h = tbl % lengthof(known);
-	ListCell   *lc;
+	Oid			relid = RelationGetRelid(rel);
+	Oid			idx = pgq_slot_cache_get(relid, "group_idx");
+	char	   *name;
+	HeapTuple	tup;
+	bool		partial;
 
-	if (known[h].tbl == tbl && OidIsValid(known[h].idx))
-		foreach(lc, oids)
-			if (lfirst_oid(lc) == known[h].idx)
-				return known[h].idx;
-	want = psprintf("%s_group_idx", RelationGetRelationName(rel));
-	foreach(lc, oids)
-	{
-		Oid			oid = lfirst_oid(lc);
-		char	   *name = get_rel_name(oid);
-		bool		is_group = false;
-
-		if (name != NULL)
-		{
-			is_group = strcmp(name, want) == 0;
-			pfree(name);
-		}
-		if (is_group)
-		{
-			HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(oid));
-
-			is_group = HeapTupleIsValid(tup) &&
-				!heap_attisnull(tup, Anum_pg_index_indpred, NULL);
-			if (HeapTupleIsValid(tup))
-				ReleaseSysCache(tup);
-		}
-		if (is_group)
-		{
-			known[h].tbl = tbl;
-			known[h].idx = oid;
-			pfree(want);
-			return oid;
-		}
-	}
-	pfree(want);
-	return InvalidOid;
+	if (OidIsValid(idx))
+		return idx;
+	name = psprintf("%s_group_idx", RelationGetRelationName(rel));
+	idx = get_relname_relid(name, RelationGetNamespace(rel));
+	pfree(name);
+	if (!OidIsValid(idx))
+		return InvalidOid;
+	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(idx));
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	partial = !heap_attisnull(tup, Anum_pg_index_indpred, NULL);
+	ReleaseSysCache(tup);
+	if (!partial)
+		return InvalidOid;
+	pgq_slot_cache_put(relid, "group_idx", idx);
+	return idx;
 }
 
 /*
@@ -233,7 +211,7 @@ pgq_table_indexes(PgqTable *t)
 	oids = RelationGetIndexList(t->rel);
 	if (oids == NIL)
 		return;
-	group_idx = pgq_group_index_of(t->rel, oids);
+	group_idx = pgq_group_index_of(t->rel);
 	rri->ri_IndexRelationDescs = palloc(list_length(oids) * sizeof(Relation));
 	rri->ri_IndexRelationInfo = palloc(list_length(oids) * sizeof(IndexInfo *));
 	foreach(lc, oids)
