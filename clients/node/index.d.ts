@@ -124,6 +124,8 @@ export interface WorkerOptions {
   completeInterval?: number;
   /** Acks waiting that are sent at once, without waiting for completeInterval; also the most in one statement. Default 100. */
   completeBatch?: number;
+  /** After a claim that found jobs, seconds the next claim waits for more handlers to end (all of them at most) once one has, so that one claim takes several jobs (0: none). Default 0.002. */
+  claimDelay?: number;
   /** Where log lines go; default: stderr (info and above). */
   logger?: Logger;
 }

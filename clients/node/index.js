@@ -342,13 +342,14 @@ export class Worker extends EventEmitter {
     const {
       concurrency = 4, lease = 30, wait = 10, shutdownTimeout = 30, retryDelay = null,
       name = `${os.hostname()}:${process.pid}`, reconnectMaxDelay = 10, logger = defaultLogger,
-      startupTimeout = 30, completeInterval = 0.005, completeBatch = 100,
+      startupTimeout = 30, completeInterval = 0.005, completeBatch = 100, claimDelay = 0.002,
     } = options;
     if (!(concurrency >= 1)) throw new RangeError('concurrency must be at least 1');
     if (!(lease > 0 && lease <= 7 * 86400)) throw new RangeError('lease must be between 0 and 7 days (seconds)');
     if (!(wait > 0 && wait <= 60)) throw new RangeError('wait must be more than 0 and at most 60 seconds');
     if (!(completeInterval >= 0 && completeInterval <= 60)) throw new RangeError('completeInterval must be between 0 and 60 seconds');
     if (!(completeBatch >= 1 && completeBatch <= BATCH_LIMIT)) throw new RangeError(`completeBatch must be between 1 and ${BATCH_LIMIT}`);
+    if (!(claimDelay >= 0 && claimDelay <= 1)) throw new RangeError('claimDelay must be between 0 and 1 second');
     this.connection = typeof connection === 'string' ? { connectionString: connection } : { ...connection };
     this.connection.application_name ??= 'pgqueue worker';
     this.concurrency = Math.floor(concurrency);
@@ -361,6 +362,7 @@ export class Worker extends EventEmitter {
     this.startupTimeout = startupTimeout;
     this.completeInterval = completeInterval;
     this.completeBatch = Math.floor(completeBatch);
+    this.claimDelay = claimDelay;
     this.log = logger;
     this.handlers = new Map();
     this.stopping = false;
@@ -615,6 +617,7 @@ export class Worker extends EventEmitter {
         this.wakeClaimer = null;
         continue;
       }
+      if (busy && this.claimDelay > 0) await this.#gather();
       const client = await claimer.get(this.stopSignal.signal);
       if (!client || this.stopping) break;
       let got = 0;
@@ -650,6 +653,22 @@ export class Worker extends EventEmitter {
       claimer.backoff.reset();
       if (this.abandoned.signal.aborted) break; // a claim that outlived shutdown: #release gave its jobs back
       busy = got > 0;
+    }
+  }
+
+  // Jobs are coming (the last claim found some) and a handler has ended:
+  // wait up to claimDelay for the others to end too, so that one claim
+  // takes a job for each rather than one claim per job.
+  async #gather() {
+    const until = performance.now() + this.claimDelay * 1000;
+    while (!this.stopping && this.#free() < this.concurrency) {
+      const left = until - performance.now();
+      if (left <= 0) break;
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.wakeClaimer = () => { clearTimeout(timer); resolve(); };
+      });
+      this.wakeClaimer = null;
     }
   }
 

@@ -105,6 +105,32 @@ test('one claim takes a job for each free handler, never more', async () => {
   assert.equal(claims.reduce((n, [, got]) => n + Math.max(got, 0), 0), ids.length);
 });
 
+test('after a claim that found jobs, the next waits claimDelay for the handlers that end together', async () => {
+  const q = queueName();
+  await pushBatch(app, q, Array.from({ length: 400 }, (_, n) => ({ n })));
+  await waitUntil(async () => (await jobRows(admin, q)).every((r) => r.state === 'scheduled'), 20000, 'scheduling');
+  const sizes = [];
+  const unwatch = watchQueries((text, values, res) => {
+    if (text.includes('FROM pgq_claim(') && res && res.rows.length) sizes.push(res.rows.length);
+  });
+  const done = [];
+  let w;
+  try {
+    // they end at different times: 0 to 15 ms
+    w = worker(q, async (job) => { await sleep(5 * (job.payload.n % 4)); done.push(job.payload.n); }, { concurrency: 8, wait: 2, claimDelay: 0.05 });
+    await waitUntil(() => done.length === 400, 60000, '400 jobs done');
+    await w.stop();
+  } finally {
+    unwatch();
+    await w?.stop();
+  }
+  assert.deepEqual([...done].sort((a, b) => a - b), Array.from({ length: 400 }, (_, n) => n));
+  // 50 claims of 8 at best; about one per job without the delay
+  assert.equal(sizes.reduce((a, b) => a + b, 0), 400);
+  assert.ok(sizes.length <= 80 && sizes.every((n) => n <= 8), `claims: ${JSON.stringify(sizes)}`);
+  assert.throws(() => new Worker(config, { claimDelay: 2 }), /claimDelay/);
+});
+
 test('a claim whose answer was lost: its jobs are released once the jobs under its key are done', async () => {
   // A runs under the worker's key; the claim that takes B commits, but the
   // answer of the statement that committed it (the claim, or the COMMIT of

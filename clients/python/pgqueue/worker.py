@@ -528,6 +528,7 @@ class _Core:
         retry_delay: Optional[Delay] = None,
         complete_interval: float = 0.005,
         complete_batch: int = 100,
+        claim_delay: float = 0.002,
         transaction_connections: int = 2,
         name: Optional[str] = None,
         prepare_threshold: Optional[int] = None,
@@ -545,6 +546,8 @@ class _Core:
             raise ValueError("complete_interval must be between 0 and lease / 3 (seconds)")
         if not 1 <= complete_batch <= MAX_BATCH:
             raise ValueError(f"complete_batch must be between 1 and {MAX_BATCH}")
+        if not 0 <= claim_delay <= 1:
+            raise ValueError("claim_delay must be between 0 and 1 (seconds)")
         if transaction_connections < 1:
             raise ValueError("transaction_connections must be at least 1")
         self.conninfo = conninfo
@@ -555,6 +558,7 @@ class _Core:
         self.retry_delay = as_interval(retry_delay)
         self.complete_interval = complete_interval
         self.complete_batch = complete_batch
+        self.claim_delay = claim_delay
         self.transaction_connections = transaction_connections
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.prepare_threshold = prepare_threshold
@@ -877,6 +881,15 @@ class _Core:
             with self._free_cond:
                 while not self._can_claim() and not self._stopping.is_set():
                     self._free_cond.wait()
+                if busy and self.claim_delay > 0:
+                    # jobs are coming: gather the slots that free up in the
+                    # next claim_delay (one claim for them all, not one each)
+                    deadline = time.monotonic() + self.claim_delay
+                    while self._free < self.concurrency and not self._stopping.is_set():
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._free_cond.wait(left)
                 free = self._free
                 room = {q: limit - self._busy[q] for q, limit in self._limits.items()}
             conn = self._claim_conn_again(backoff)
@@ -1051,7 +1064,11 @@ class _Core:
             self._free += 1
             if job.queue in self._busy:
                 self._busy[job.queue] -= 1
-            self._free_cond.notify()
+                self._free_cond.notify()
+            elif self._free == 1 or self._free == self.concurrency:
+                # the claimer waits for a first free slot, or gathers more
+                # until all are (a wake-up per job would cost more than it saves)
+                self._free_cond.notify()
         # The claim waiting for work left this queue out (it was full): cancel
         # it, so that the next round claims for the room just made, rather
         # than after up to `wait` seconds.
@@ -1108,6 +1125,9 @@ class Worker(_Core):
     ``complete_interval``: seconds a finished job may wait for others to be
     acked with (at most ``lease / 3``: its lease is not extended meanwhile);
     ``complete_batch``: the most jobs acked in one call.
+    ``claim_delay``: after a claim that found jobs, seconds the next one
+    waits for more handlers to end (all of them at most) once one has, so
+    that one claim takes several jobs rather than one per round trip.
     ``transaction_connections``: the most connections :meth:`Job.transaction`
     uses at once (opened when first used).  ``name``: the
     lock_key prefix, ``host:pid`` by default; the worker's key is

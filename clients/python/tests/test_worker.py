@@ -488,6 +488,43 @@ def test_a_claim_answer_lost_is_released_once_the_jobs_of_its_key_are_done(app, 
 
 
 @pytest.mark.direct_only
+def test_one_claim_takes_the_handlers_that_end_together(app, admin, queue, running, monkeypatch):
+    """After a claim that found jobs, the claimer waits up to claim_delay for
+    the other handlers to end, so that one claim takes a job for each (not
+    one claim per job): counted on the claims the worker sends."""
+    pgqueue.push_batch(app, queue, [{"n": i} for i in range(400)])
+    wait_until(lambda: admin.execute("SELECT count(*) FROM pgqueue.queue WHERE queue = %s"
+                                     " AND state = 'scheduled'", [queue]).fetchone()[0] == 400,
+               30, "the backlog scheduled")
+    sizes: list[int] = []
+    claim = pgqueue.worker._Core._claim
+
+    def counted(conn: Any, args: list[Any], wait: Any) -> list[Any]:
+        rows = claim(conn, args, wait)
+        if rows:
+            assert len(rows) <= args[1] <= 8
+            sizes.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(pgqueue.worker._Core, "_claim", staticmethod(counted))
+    done: list[int] = []
+    w = pgqueue.Worker(DSN, concurrency=8, wait=2, claim_delay=0.05)
+
+    def handle(job: pgqueue.Job) -> None:
+        time.sleep(0.005 * (job.payload["n"] % 4))  # they end at different times
+        done.append(job.payload["n"])
+
+    w.register(queue, handle)
+    r = running(w)
+    wait_until(lambda: len(done) >= 400, 60, "400 jobs done")
+    r.stop()
+    assert sorted(done) == list(range(400))
+    # 50 claims of 8 at best; one per job without the delay
+    assert sum(sizes) == 400 and len(sizes) <= 80, sizes
+    with pytest.raises(ValueError, match="claim_delay"):
+        pgqueue.Worker(DSN, claim_delay=2)
+
+
 def test_a_worker_at_concurrency_16_uses_at_most_three_connections(app, admin, queue, running):
     """Counted in pg_stat_activity by application_name while 16 handlers run
     (the claimer, the completer and the heartbeat).  Not through PgBouncer,
