@@ -78,6 +78,17 @@ export interface Job<P = any> {
    * after shutdownTimeout (an AbortError): pass it on to what the handler awaits.
    */
   signal: AbortSignal;
+  /**
+   * The handler's writes and the job's ack in one transaction: runs
+   * fn(client) in a transaction on a connection of the worker's own pool (at
+   * most transactionConnections; this waits for one when all are in use),
+   * then pgq_ack in the same transaction, and commits. Both commit or
+   * neither does (fn throws, the process dies, the connection is lost: the
+   * job runs again). Rejects with LeaseLost, rolled back, when the job is no
+   * longer held (lease lost, cancelled, ended by its timeout or shutdown).
+   * The worker sends no other ack for the job. Once per job.
+   */
+  transaction<T>(fn: (client: Queryable) => Promise<T>): Promise<T>;
 }
 
 export type Handler<P = any> = (job: Job<P>) => Promise<unknown> | unknown;
@@ -126,6 +137,8 @@ export interface WorkerOptions {
   completeBatch?: number;
   /** After a claim that found jobs, seconds the next claim waits for more handlers to end (all of them at most) once one has, so that one claim takes several jobs (0: none). Default 0.002. */
   claimDelay?: number;
+  /** The most connections job.transaction() uses at once (made when first used, kept while idle). Default 2. */
+  transactionConnections?: number;
   /** Where log lines go; default: stderr (info and above). */
   logger?: Logger;
 }
@@ -187,6 +200,9 @@ export class Retry extends Error {
 }
 
 export class WorkerSetupError extends Error {}
+
+/** job.transaction() found the job no longer this worker's: rolled back, not acked. */
+export class LeaseLost extends Error {}
 
 /** `Name: message` and the top frames of the stack, as recorded in last_error. */
 export function formatError(err: unknown): string;

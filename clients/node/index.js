@@ -76,6 +76,7 @@ const ACK_BATCH = 'SELECT CASE WHEN a.n = cardinality($1::uuid[]) THEN a.n'
 const ACK_EACH = 'SELECT u.id, pgq_ack(u.id, $2) AS ok FROM unnest($1::uuid[]) AS u(id)';
 const NACK = 'SELECT pgq_nack($1, $2, $3, $4::interval) AS state';
 const RELEASE = 'SELECT pgq_release($1) AS n';
+const ACK = 'SELECT pgq_ack($1, $2) AS held';
 
 // Private marks on a job: when its lease was last extended (or claimed),
 // whether its ack or nack was sent, how long its handler ran (ms).
@@ -89,6 +90,8 @@ const ABORT = Symbol('abort');
 const RUNNING = Symbol('running');
 const TIMED_OUT = Symbol('timedOut');
 const GIVEN_UP = Symbol('givenUp');
+const TX_ACKED = Symbol('txAcked'); // job.transaction() committed its ack
+const TX_ENDING = Symbol('txEnding'); // job.transaction() is acking: a timeout no longer ends the job
 
 // Key numbers are unique in the process: two Workers never share a lock_key.
 let nextKeyNumber = 0;
@@ -167,6 +170,62 @@ export class Retry extends Error {
     super(message);
     this.name = 'Retry';
     this.delay = delay;
+  }
+}
+
+/**
+ * Thrown by job.transaction() when the job is no longer this worker's (its
+ * lease was lost to another claim, it was cancelled, its handler's timeout
+ * or shutdown ended it): the transaction was rolled back, nothing acked.
+ */
+export class LeaseLost extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'LeaseLost';
+  }
+}
+
+// The connections of job.transaction(): at most `size`, each made when first
+// needed and kept while it is healthy and idle.
+class TxPool {
+  constructor(worker, size) {
+    this.worker = worker;
+    this.size = size;
+    this.idle = [];
+    this.used = 0;
+    this.waiting = [];
+    this.closed = false;
+  }
+
+  async take() {
+    while (this.used >= this.size) await new Promise((resolve) => { this.waiting.push(resolve); });
+    this.used += 1;
+    const client = this.idle.pop();
+    if (client) return client;
+    try {
+      const fresh = new pg.Client(this.worker.connection);
+      fresh.on('error', () => { fresh.broken = true; });
+      await fresh.connect();
+      return fresh;
+    } catch (err) {
+      this.give(null);
+      throw err;
+    }
+  }
+
+  // Back to the idle ones (null or broken: closed), and the next waiter's turn.
+  give(client, broken = false) {
+    this.used -= 1;
+    if (client) {
+      if (broken || client.broken || this.closed) client.end().catch(() => {});
+      else this.idle.push(client);
+    }
+    this.waiting.shift()?.();
+  }
+
+  async close() {
+    this.closed = true;
+    await Promise.all(this.idle.splice(0).map((c) => c.end().catch(() => {})));
   }
 }
 
@@ -343,6 +402,7 @@ export class Worker extends EventEmitter {
       concurrency = 4, lease = 30, wait = 10, shutdownTimeout = 30, retryDelay = null,
       name = `${os.hostname()}:${process.pid}`, reconnectMaxDelay = 10, logger = defaultLogger,
       startupTimeout = 30, completeInterval = 0.005, completeBatch = 100, claimDelay = 0.002,
+      transactionConnections = 2,
     } = options;
     if (!(concurrency >= 1)) throw new RangeError('concurrency must be at least 1');
     if (!(lease > 0 && lease <= 7 * 86400)) throw new RangeError('lease must be between 0 and 7 days (seconds)');
@@ -350,6 +410,7 @@ export class Worker extends EventEmitter {
     if (!(completeInterval >= 0 && completeInterval <= 60)) throw new RangeError('completeInterval must be between 0 and 60 seconds');
     if (!(completeBatch >= 1 && completeBatch <= BATCH_LIMIT)) throw new RangeError(`completeBatch must be between 1 and ${BATCH_LIMIT}`);
     if (!(claimDelay >= 0 && claimDelay <= 1)) throw new RangeError('claimDelay must be between 0 and 1 second');
+    if (!(transactionConnections >= 1)) throw new RangeError('transactionConnections must be at least 1');
     this.connection = typeof connection === 'string' ? { connectionString: connection } : { ...connection };
     this.connection.application_name ??= 'pgqueue worker';
     this.concurrency = Math.floor(concurrency);
@@ -363,6 +424,7 @@ export class Worker extends EventEmitter {
     this.completeInterval = completeInterval;
     this.completeBatch = Math.floor(completeBatch);
     this.claimDelay = claimDelay;
+    this.txPool = new TxPool(this, Math.floor(transactionConnections));
     this.log = logger;
     this.handlers = new Map();
     this.stopping = false;
@@ -552,7 +614,7 @@ export class Worker extends EventEmitter {
     this.abandoned.abort();
     clearInterval(this.beat);
     if (this.claimed) await this.#release(this.lockKeys);
-    await Promise.all([this.claimer.drop(), this.completer.drop(), this.heart.drop()]);
+    await Promise.all([this.claimer.drop(), this.completer.drop(), this.heart.drop(), this.txPool.close()]);
     this.log.info(`worker ${this.name} stopped`);
     this.#emit('stopped', this.fatal);
   }
@@ -752,6 +814,7 @@ export class Worker extends EventEmitter {
       signal: abort.signal,
     };
     job[ABORT] = abort;
+    job.transaction = (fn) => this.#transaction(job, fn);
     job[EXTENDED] = Date.now();
     job[RUNNING] = true;
     this.held.set(job.id, job);
@@ -782,9 +845,11 @@ export class Worker extends EventEmitter {
     const t0 = performance.now();
     const outcome = (async () => { await handler(job); })().then(() => ({ ok: true }), (err) => ({ ok: false, err }));
     let timer;
-    const result = timeout == null ? await outcome : await Promise.race([outcome,
+    let result = timeout == null ? await outcome : await Promise.race([outcome,
       new Promise((resolve) => { timer = setTimeout(resolve, timeout * 1000, null); })]);
     clearTimeout(timer);
+    // job.transaction() is acking it: the transaction ends the job, not the timeout
+    if (result == null && job[TX_ENDING]) result = await outcome;
     job[DURATION] = performance.now() - t0;
     if (result == null) {
       // timed out: the slot is free again, the lease no longer extended,
@@ -814,6 +879,12 @@ export class Worker extends EventEmitter {
       this.#forget(job);
       return;
     }
+    if (job[TX_ACKED]) { // its transaction acked it
+      if (error != null) this.log.warn(`${job.lockKey}: job ${job.id} threw after its transaction acked it: not nacked`);
+      this.#emit('jobSucceeded', job, job[DURATION]);
+      this.#forget(job);
+      return;
+    }
     if (job.leaseLost) {
       this.log.error(`${job.lockKey}: lease of job ${job.id} was lost while its handler ran: result not ${error == null ? 'acked' : 'nacked'}`);
       this.#forget(job);
@@ -821,6 +892,52 @@ export class Worker extends EventEmitter {
     }
     if (error == null) this.#post({ ack: job });
     else this.#post({ nack: job, error, retryIn, thrown });
+  }
+
+  // job.transaction(fn): fn(client) in a transaction on a connection of the
+  // pool, then pgq_ack in the same transaction, and COMMIT: the handler's
+  // writes and the ack commit together or not at all.  An ack that finds the
+  // job no longer held rolls back and throws LeaseLost.
+  async #transaction(job, fn) {
+    if (job[TX_ACKED]) throw new Error(`job ${job.id} was acked in a transaction already`);
+    this.#checkOurs(job);
+    const client = await this.txPool.take();
+    let broken = false;
+    try {
+      await client.query('BEGIN');
+      let value;
+      try {
+        value = await fn(client);
+        this.#checkOurs(job);
+        job[TX_ENDING] = true;
+        const { rows: [{ held }] } = await client.query(ACK, [job.id, job.lockKey]);
+        if (!held) {
+          this.#leaseLost(job, 'its ack in job.transaction() answered false: another worker took it, or it was cancelled');
+          throw new LeaseLost(`job ${job.id} is no longer held by ${job.lockKey} (its lease was lost): its transaction is rolled back`);
+        }
+        await client.query('COMMIT');
+      } catch (err) {
+        job[TX_ENDING] = false;
+        await client.query('ROLLBACK').catch(() => { broken = true; });
+        throw err;
+      }
+      job[TX_ACKED] = true;
+      return value;
+    } catch (err) {
+      if (isConnectionError(err)) broken = true;
+      throw err;
+    } finally {
+      this.txPool.give(client, broken);
+    }
+  }
+
+  // Throws LeaseLost when the job is no longer the handler's to end.
+  #checkOurs(job) {
+    let why = null;
+    if (job.leaseLost) why = 'its lease was lost';
+    else if (job[TIMED_OUT]) why = 'its handler ran longer than its timeout and the job was nacked';
+    else if (job[GIVEN_UP] || this.abandoned.signal.aborted) why = 'the worker gave it up at shutdown';
+    if (why) throw new LeaseLost(`job ${job.id} is no longer this worker's (${why}): its transaction is rolled back, not acked`);
   }
 
   // The nack's retry_in after a failure: the handler's retry policy's answer
@@ -846,7 +963,7 @@ export class Worker extends EventEmitter {
   #heartbeat() {
     if (this.beating || this.abandoned.signal.aborted) return;
     const due = Date.now() - (this.lease / 3) * 1000;
-    const jobs = [...this.held.values()].filter((j) => !j.leaseLost && !j[SENT] && !j[TIMED_OUT] && j[EXTENDED] <= due);
+    const jobs = [...this.held.values()].filter((j) => !j.leaseLost && !j[SENT] && !j[TIMED_OUT] && !j[TX_ACKED] && j[EXTENDED] <= due);
     if (!jobs.length) return;
     this.beating = this.#extend(jobs).finally(() => { this.beating = null; });
   }
@@ -882,7 +999,7 @@ export class Worker extends EventEmitter {
         if (this.abandoned.signal.aborted) return; // stop() released the jobs meanwhile
         for (const { id, until } of rows) {
           const job = this.held.get(id);
-          if (!job || job[SENT]) continue; // its ack or nack answers for it
+          if (!job || job[SENT] || job[TX_ENDING] || job[TX_ACKED]) continue; // its ack or nack answers for it
           if (until == null) this.#leaseLost(job, 'pgq_extend answered NULL');
           else { job.lockTimeout = until; job[EXTENDED] = sentAt; }
         }

@@ -1,7 +1,7 @@
 // Compiled (not run) by types.test.mjs: the declarations in index.d.ts
 // accept the documented uses and reject wrong ones.
 import {
-  Job, NeedsNewerExtension, Retry, Worker, cancel, configure, counters, jobs, pause, purge, push, pushBatch, resume,
+  Job, LeaseLost, NeedsNewerExtension, Retry, Worker, cancel, configure, counters, jobs, pause, purge, push, pushBatch, resume,
   retry, retryFailed, stats, type Counters, type JobRow, type Queryable, type QueueStats,
 } from 'pgqueue';
 
@@ -22,10 +22,14 @@ async function main(): Promise<void> {
   await push(client, 'emails', {}, { after: null });
   // @ts-expect-error after lists ids (strings)
   await push(client, 'emails', {}, { after: [1, 2] });
-  const w = new Worker('postgres://app@localhost/app', { concurrency: 8, lease: 60 });
+  const w = new Worker('postgres://app@localhost/app', { concurrency: 8, lease: 60, transactionConnections: 3, claimDelay: 0.001 });
+  const lost: Error = new LeaseLost('gone');
   w.handle<{ to: string }>('emails', async (job: Job<{ to: string }>) => {
     const to: string = job.payload.to;
     if (job.tries > 3) throw new Retry(30, `later for ${to}`);
+    const n: number = await job.transaction(async (tx) => (await tx.query('INSERT INTO sent VALUES ($1)', [to])).rows.length);
+    // @ts-expect-error the block takes the transaction's client
+    await job.transaction(async (tx: string) => tx);
   });
   await w.run();
   const started: Promise<void> = new Worker('postgres://app@localhost/app', { startupTimeout: 5 }).start();

@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
-import { push, pushBatch, Retry, Worker, WorkerSetupError, formatError } from 'pgqueue';
+import { push, pushBatch, LeaseLost, Retry, Worker, WorkerSetupError, formatError } from 'pgqueue';
 import {
   PASS, activeClaims, adminConfig, config, connect, counter, exited, jobRows, keepingLogger, logLines, queueName, quiet,
   restartServer, sleep, startProc, waitUntil, watchQueries,
@@ -572,6 +572,99 @@ test('a worker killed between the end of a handler and its ack: the job runs aga
   assert.equal(runs.length, 1, JSON.stringify(runs));
   assert.equal(runs[0][0], id);
   assert.ok(runs[0][1] >= 2, String(runs[0][1]));
+});
+
+// A table the handlers of queue q write to (role app may insert).
+async function workTable(q) {
+  const table = `tx_${q}`;
+  await admin.query(`CREATE TABLE ${table} (job uuid PRIMARY KEY, n int)`);
+  await admin.query(`GRANT SELECT, INSERT ON ${table} TO app`);
+  return table;
+}
+
+test('job.transaction(): the work commits with the ack; a throw or a lost lease commits neither', async () => {
+  const q = queueName();
+  await admin.query('SELECT pgq_configure($1, max_tries => 1)', [q]);
+  const table = await workTable(q);
+  const good = await pushBatch(app, q, Array.from({ length: 4 }, (_, n) => ({ n })));
+  const bad = await push(app, q, { n: 10, fail: true });
+  const fenced = await push(app, q, { n: 20, fence: true });
+  const raised = {};
+  const lost = [];
+  const sent = { ack: 0, nack: 0 };
+  const unwatch = watchQueries((text) => {
+    if (text.includes('pgq_ack_batch(') || text.includes('pgq_ack(u.id')) sent.ack += 1;
+    if (text.includes('pgq_nack(')) sent.nack += 1;
+  });
+  const logger = keepingLogger();
+  let w;
+  try {
+    w = worker(q, async (job) => {
+      try {
+        await job.transaction(async (tx) => {
+          await tx.query(`INSERT INTO ${table} VALUES ($1, $2)`, [job.id, job.payload.n]);
+          if (job.payload.fail) throw new Error('failed after the write');
+          if (job.payload.fence) await admin.query("UPDATE pgqueue.work_queue SET lock_key = 'intruder' WHERE id = $1", [job.id]);
+        });
+      } catch (err) {
+        raised[job.id] = err instanceof LeaseLost ? 'LeaseLost' : err.name;
+        throw err;
+      }
+    }, { concurrency: 3, wait: 2, logger });
+    w.on('leaseLost', (job, why) => lost.push([job.id, why]));
+    await waitUntil(async () => JSON.stringify((await jobRows(admin, q)).map((r) => r.state).sort())
+      === JSON.stringify(['failed', 'scheduled']), 20000, 'the acks and the nack');
+    await w.stop();
+  } finally {
+    unwatch();
+    await w?.stop();
+  }
+  const { rows: written } = await admin.query(`SELECT job FROM ${table} ORDER BY job`);
+  assert.deepEqual(written.map((r) => r.job), [...good].sort());
+  const rows = await jobRows(admin, q);
+  assert.deepEqual(rows.map((r) => [r.id, r.lock_key]).sort(), [[bad, null], [fenced, 'intruder']].sort());
+  assert.deepEqual(raised, { [bad]: 'Error', [fenced]: 'LeaseLost' });
+  // acked in their transactions: the completer sent the nack only
+  assert.deepEqual(sent, { ack: 0, nack: 1 });
+  assert.equal(lost.length, 1);
+  assert.equal(lost[0][0], fenced);
+  assert.match(lost[0][1], /ack in job\.transaction\(\)/);
+  assert.ok(logger.lines.some((l) => l.includes(fenced) && l.includes('lost')), logger.lines.join('\n'));
+  assert.throws(() => new Worker(config, { transactionConnections: 0 }), /transactionConnections/);
+});
+
+test('job.transaction(): a worker killed between the work and the commit: neither kept, the job runs again once', async () => {
+  const q = queueName();
+  const table = await workTable(q);
+  const id = await push(app, q);
+  const log = path.join(tmp, `${q}.log`);
+  process.env.PGQ_TX_TABLE = table;
+  let p;
+  try {
+    p = startProc(q, log, ['1', '3', '60', '5']);
+  } finally {
+    delete process.env.PGQ_TX_TABLE;
+  }
+  try {
+    await waitUntil(() => logLines(log, 'written').length === 1, 30000, "the handler's write");
+  } finally {
+    p.kill('SIGKILL');
+  }
+  await exited(p);
+  await waitUntil(async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = 'idle in transaction'"
+    + " AND usename = 'app'")).rows[0].n === 0, 10000, 'the transaction to end');
+  assert.equal((await admin.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0].n, 0);
+  assert.deepEqual((await jobRows(admin, q)).map((r) => r.id), [id]);
+  const tries = [];
+  const w = worker(q, async (job) => {
+    tries.push(job.tries);
+    await job.transaction(async (tx) => { await tx.query(`INSERT INTO ${table} (job) VALUES ($1)`, [job.id]); });
+  }, { concurrency: 1, wait: 2 });
+  await waitUntil(async () => (await jobRows(admin, q)).length === 0, 30000, 'the job acked');
+  await w.stop();
+  assert.equal(tries.length, 1, JSON.stringify(tries));
+  assert.ok(tries[0] >= 2, String(tries[0]));
+  assert.deepEqual((await admin.query(`SELECT job FROM ${table}`)).rows.map((r) => r.job), [id]);
 });
 
 test('the server restarted under a running worker: it reconnects, the rest is done once', async () => {
