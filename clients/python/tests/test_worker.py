@@ -487,7 +487,6 @@ def test_a_claim_answer_lost_is_released_once_the_jobs_of_its_key_are_done(app, 
         str(slow_id))
 
 
-@pytest.mark.direct_only
 def test_one_claim_takes_the_handlers_that_end_together(app, admin, queue, running, monkeypatch):
     """After a claim that found jobs, the claimer waits up to claim_delay for
     the other handlers to end, so that one claim takes a job for each (not
@@ -525,6 +524,7 @@ def test_one_claim_takes_the_handlers_that_end_together(app, admin, queue, runni
         pgqueue.Worker(DSN, claim_delay=2)
 
 
+@pytest.mark.direct_only
 def test_a_worker_at_concurrency_16_uses_at_most_three_connections(app, admin, queue, running):
     """Counted in pg_stat_activity by application_name while 16 handlers run
     (the claimer, the completer and the heartbeat).  Not through PgBouncer,
