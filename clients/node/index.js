@@ -675,8 +675,7 @@ export class Worker extends EventEmitter {
       const free = this.#free();
       const open = free > 0 ? this.#queuesWithRoom() : [];
       if (!open.length) { // no free handler, or none for a queue with room
-        await new Promise((resolve) => { this.wakeClaimer = resolve; });
-        this.wakeClaimer = null;
+        await this.#untilWoken();
         continue;
       }
       if (busy && this.claimDelay > 0) await this.#gather();
@@ -726,12 +725,17 @@ export class Worker extends EventEmitter {
     while (!this.stopping && this.#free() < this.concurrency) {
       const left = until - performance.now();
       if (left <= 0) break;
-      await new Promise((resolve) => {
-        const timer = setTimeout(resolve, left);
-        this.wakeClaimer = () => { clearTimeout(timer); resolve(); };
-      });
-      this.wakeClaimer = null;
+      await this.#untilWoken(left);
     }
+  }
+
+  // Until a handler ends or stop() is called (wakeClaimer), or ms have passed.
+  async #untilWoken(ms = null) {
+    await new Promise((resolve) => {
+      const timer = ms == null ? null : setTimeout(resolve, ms);
+      this.wakeClaimer = () => { clearTimeout(timer); resolve(); };
+    });
+    this.wakeClaimer = null;
   }
 
   // Handlers free now (and no more than completeBatch jobs waiting for their ack).
