@@ -34,7 +34,7 @@ REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf \
 	--temp-instance=$(CURDIR)/tmp_check_regress
 ISOLATION = claim_race steal_vs_ack schedule_race ack_vs_nack dedup_race scan_hints schedule_bound \
 	scan_bounds cancel_vs_ack cancel_vs_claim cancel_vs_schedule retry_race cap_race schedule_refresh \
-	move_vs_ack job_move cancel_held_move rate_race flow_race flow_cancel_race group_race
+	move_vs_ack job_move cancel_held_move rate_race flow_race flow_cancel_race group_race lease_memo
 ISOLATION_OPTS = --temp-config=$(srcdir)/test/isolation.conf \
 	--temp-instance=$(CURDIR)/tmp_check_iso
 TAP_TESTS = 1

@@ -69,6 +69,26 @@
  *	   whatever becomes of its set.  A scheduling pass's full walk lasts
  *	   to the end of the pass: the refresh that sets the bound only
  *	   resets the queues' heads, the walks from them visit the entries.
+ *	8. A session's own start for a LEASE walk filtered by queue.  Such a
+ *	   walk passes the expired leases of every other queue between the
+ *	   bound and now, and the bound cannot pass an expired lease that no
+ *	   claim takes (a queue whose workers are gone): without more, every
+ *	   claim of every other queue's workers would visit them all.  So a
+ *	   filtered walk that passed PGQ_MEMO_MIN or more of them leaves its
+ *	   session a start of its own: the key where it stopped (the first
+ *	   lease of its queues, or the walk's now), for the same queues.  The
+ *	   next filtered walks of those queues start there and raise nothing
+ *	   (the entries they skip are not theirs to judge).  An entry of those
+ *	   queues below that start that the walk did not see can come only from
+ *	   a transaction that commits after the walk's snapshot a lease whose
+ *	   deadline is already past at its commit (a lease older than its
+ *	   transaction), from a lowering of rule 6 or a restore, or from behind
+ *	   the API's back; the first three bump the bound's memo_gen when they
+ *	   happen (at commit: after it is visible), and a full walk's start
+ *	   bumps it too (rule 7's period bounds the fourth).  A start is used
+ *	   only while memo_gen is what the walk that made it read before its
+ *	   snapshot, and only by a transaction that could raise the bound
+ *	   (rules 4 and 5); one that could not neither keeps nor uses one.
  *
  * The paths, and how each keeps the invariant:
  *	 push, push_batch   SCHED: their jobs count when they commit: rule 3
@@ -88,7 +108,9 @@
  *						first deadline still to come, so that the claims
  *						until then skip the walk) and, for a steal, stop:
  *						rules 4 and 3.  Its walks: 1, 2, 6, 7; filtered
- *						walks only lower (rule 6).
+ *						walks of READY only lower (rule 6); filtered LEASE
+ *						walks raise it with what they saw of every queue,
+ *						or start at the session's own start (rule 8).
  *	 extend             LEASE: rule 4, and rule 3 for the new deadline.
  *	 ack                READY and LEASE rows go: rule 4.
  *	 nack               LEASE (and READY) rows go: rule 4; SCHED: its job
@@ -124,6 +146,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "shmem_internal.h"
@@ -131,6 +154,23 @@
 #define PGQ_FULL_CHECK_MS	1000
 #define PGQ_FULL_COST		100
 #define PGQ_FULL_MAX_MS		30000
+#define PGQ_MEMO_MIN		32
+
+/*
+ * Rule 8: this session's own start for LEASE walks filtered by queues (a
+ * copy of the array, compared byte for byte), made by a walk that read
+ * memo_gen == gen before its snapshot; passed: the leases of other queues
+ * the walks behind it passed.
+ */
+typedef struct LeaseMemo
+{
+	ArrayType  *queues;
+	PgqKey		start;
+	uint64		gen;
+	int64		passed;
+} LeaseMemo;
+
+static LeaseMemo memo;
 
 static const char *const pgq_bound_names[PGQ_NUM_BOUNDS] = {"READY", "LEASE", "SCHED"};
 
@@ -175,6 +215,8 @@ pgq_bounds_reset(PgqDbSlot *slot)
 		slot->bounds[b].low = pgq_key_max;
 		slot->bounds[b].sets = 0;
 		slot->bounds[b].next_full = 0;
+		/* no session's start made in the slot's last life matches */
+		slot->bounds[b].memo_gen = (uint64) GetCurrentTimestamp();
 	}
 }
 
@@ -195,6 +237,7 @@ pgq_bounds_lower_all(PgqDbSlot *slot)
 		slot->bounds[b].bound = pgq_key_min;
 		slot->bounds[b].low = pgq_key_min;
 		slot->bounds[b].next_full = 0;
+		slot->bounds[b].memo_gen++;
 	}
 	SpinLockRelease(&slot->bound_mutex);
 }
@@ -220,11 +263,15 @@ pgq_bound_begin(PgqBoundId id, bool may_raise, PgqScan *scan)
 	scan->entries = -1;
 	scan->raise = false;
 	scan->ticket = 0;
+	scan->memo_ok = false;
+	scan->from_memo = false;
+	scan->memo_gen = 0;
 	if (slot == NULL)
 		return;
 
 	/* rules 4 and 5 */
-	scan->raise = may_raise && !held[id] && !pending[id] && !IsolationUsesXactSnapshot();
+	scan->memo_ok = !held[id] && !pending[id] && !IsolationUsesXactSnapshot();
+	scan->raise = may_raise && scan->memo_ok;
 	now = GetCurrentTimestamp();
 	st = &slot->bounds[id];
 	SpinLockAcquire(&slot->bound_mutex);
@@ -235,12 +282,15 @@ pgq_bound_begin(PgqBoundId id, bool may_raise, PgqScan *scan)
 		st->next_full = now + PGQ_FULL_CHECK_MS * INT64CONST(1000);
 		scan->owns_full = true;
 		scan->began = now;
+		/* rule 8: what it may find was not seen by the sessions' starts */
+		st->memo_gen++;
 	}
 	else
 	{
 		scan->start = st->bound;
 		scan->full = false;
 	}
+	scan->memo_gen = st->memo_gen;
 	SpinLockRelease(&slot->bound_mutex);
 
 	/* rule 4: start below what this transaction added */
@@ -275,6 +325,7 @@ pgq_bound_end(PgqScan *scan, PgqKey first)
 		st->bound = first;
 		if (pgq_key_cmp(&first, &st->low) < 0)
 			st->low = first;
+		st->memo_gen++;
 	}
 	SpinLockRelease(&slot->bound_mutex);
 	if (!scan->walk_goes_on)
@@ -318,6 +369,56 @@ pgq_bound_full_done(PgqScan *scan)
 			 pgq_bound_names[scan->id], took, wait / 1000);
 }
 
+/*
+ * Rule 8: a LEASE walk filtered by queues, begun with pgq_bound_begin and
+ * not skipped, starts at the session's own start for the same queues when
+ * there is one, still good, above scan->start; it then raises nothing.
+ */
+void
+pgq_bound_memo_apply(PgqScan *scan, ArrayType *queues)
+{
+	Assert(scan->id == PGQ_BOUND_LEASE && queues != NULL);
+	if (memo.queues == NULL || scan->full || !scan->memo_ok ||
+		memo.gen != scan->memo_gen || memo.passed < PGQ_MEMO_MIN ||
+		VARSIZE(memo.queues) != VARSIZE(queues) ||
+		memcmp(memo.queues, queues, VARSIZE(queues)) != 0 ||
+		pgq_key_cmp(&memo.start, &scan->start) <= 0)
+		return;
+	scan->start = memo.start;
+	scan->from_memo = true;
+	scan->raise = false;
+}
+
+/*
+ * Rule 8: a filtered LEASE walk saw no lease of queues in [scan->start,
+ * upto) and passed that many of other queues: keep upto as the session's
+ * start for queues when the walks behind it passed PGQ_MEMO_MIN or more.
+ */
+void
+pgq_bound_memo_store(PgqScan *scan, ArrayType *queues, PgqKey upto, int64 passed)
+{
+	if (!scan->memo_ok || pgq_my_slot() == NULL)
+		return;
+	if (scan->from_memo)
+		passed += memo.passed;
+	if (passed < PGQ_MEMO_MIN)
+	{
+		memo.passed = 0;	/* not worth a start of its own */
+		return;
+	}
+	if (memo.queues == NULL || VARSIZE(memo.queues) != VARSIZE(queues) ||
+		memcmp(memo.queues, queues, VARSIZE(queues)) != 0)
+	{
+		if (memo.queues != NULL)
+			pfree(memo.queues);
+		memo.queues = MemoryContextAlloc(TopMemoryContext, VARSIZE(queues));
+		memcpy(memo.queues, queues, VARSIZE(queues));
+	}
+	memo.start = upto;
+	memo.gen = scan->memo_gen;
+	memo.passed = passed;
+}
+
 /* Rule 3: lower bound id to key when the current transaction commits. */
 void
 pgq_bound_lower_at_commit(PgqBoundId id, PgqKey key)
@@ -356,6 +457,10 @@ pgq_bounds_at_xact_end(bool commit)
 				st->bound = pending_low[b];
 			if (pgq_key_cmp(&pending_low[b], &st->low) < 0)
 				st->low = pending_low[b];
+			/* rule 8: a lease that ran out before its commit */
+			if (b == PGQ_BOUND_LEASE && pending_low[b].hi == 0 &&
+				pending_low[b].lo < GetCurrentTimestamp())
+				st->memo_gen++;
 			SpinLockRelease(&slot->bound_mutex);
 		}
 		pending[b] = false;

@@ -255,20 +255,24 @@ pgq_in_queues(PgqTable *t, ArrayType *queues)
  * as w's snapshot sees it: *first is the earliest deadline of any row in
  * that range, and the return value the earliest of a row of queues (NULL:
  * any), or DT_NOEND when there is none (*first too); *next is the earliest
- * deadline at or after until (DT_NOEND: none), where the walks stop.  A
- * claim makes this probe (from the LEASE bound to now: expired leases,
- * which are rare) when the bound has passed; a waiting claim also walks
- * from now on for the next lease to run out.
+ * deadline at or after until (DT_NOEND: none), where the walks stop;
+ * *passed (when not NULL) the rows of other queues passed.  A claim makes
+ * this probe (from the LEASE bound to now: expired leases, which are rare)
+ * when the bound has passed; a waiting claim also walks from now on for
+ * the next lease to run out.
  */
 static TimestampTz
 pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
-			   ArrayType *queues, TimestampTz *first, TimestampTz *next)
+			   ArrayType *queues, TimestampTz *first, TimestampTz *next,
+			   int64 *passed)
 {
 	TimestampTz mine = DT_NOEND;
 	int			i;
 
 	*first = DT_NOEND;
 	*next = DT_NOEND;
+	if (passed)
+		*passed = 0;
 	for (i = 0; i < w->works_view.n; i++)
 	{
 		PgqTable   *t = pgq_work_slot(w, i);
@@ -311,6 +315,8 @@ pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 				mine = ts;
 				break;
 			}
+			if (passed)
+				(*passed)++;
 			CHECK_FOR_INTERRUPTS();
 		}
 		ExecClearTuple(t->found);
@@ -794,10 +800,16 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 	else
 	{
 		TimestampTz next_live;
+		int64		passed;
 
+		/* bounds.c, rule 8: a claim of some queues may start further on */
+		if (c->queues != NULL)
+			pgq_bound_memo_apply(&lscan, c->queues);
 		pgq_write_new_snapshot(&w);
 		expired = pgq_lease_walk(&w, lscan.start.hi == 0 ? lscan.start.lo : DT_NOBEGIN,
-								 now, c->queues, &first_expired, &next_live);
+								 now, c->queues, &first_expired, &next_live, &passed);
+		if (c->queues != NULL)
+			pgq_bound_memo_store(&lscan, c->queues, pgq_time_key(Min(expired, now)), passed);
 
 		/*
 		 * Up to the first expired lease, or to the first deadline to come
@@ -852,7 +864,7 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 		TimestampTz none;
 
 		pgq_write_new_snapshot(&w);
-		*next_expiry = pgq_lease_walk(&w, now, DT_NOEND, c->queues, &any, &none);
+		*next_expiry = pgq_lease_walk(&w, now, DT_NOEND, c->queues, &any, &none, NULL);
 		if (*next_expiry == DT_NOEND)
 			*next_expiry = 0;	/* none */
 	}

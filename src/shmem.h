@@ -16,6 +16,7 @@
 #define PGQUEUE_SHMEM_H
 
 #include "storage/lock.h"
+#include "utils/array.h"
 
 #include "common.h"
 
@@ -77,6 +78,9 @@ typedef struct PgqScan
 	bool		raise;			/* its result may raise the bound */
 	uint64		ticket;
 	TimestampTz began;
+	bool		memo_ok;		/* rule 8: may use and keep a session's start */
+	bool		from_memo;		/* it starts at the session's start */
+	uint64		memo_gen;
 } PgqScan;
 
 /* shmem.c */
@@ -124,6 +128,9 @@ extern PgqKey pgq_time_key(TimestampTz ts);
 extern void pgq_bound_begin(PgqBoundId id, bool may_raise, PgqScan *scan);
 extern void pgq_bound_end(PgqScan *scan, PgqKey first);
 extern void pgq_bound_full_done(PgqScan *scan);
+extern void pgq_bound_memo_apply(PgqScan *scan, ArrayType *queues);
+extern void pgq_bound_memo_store(PgqScan *scan, ArrayType *queues, PgqKey upto,
+								 int64 passed);
 extern void pgq_bound_lower_at_commit(PgqBoundId id, PgqKey key);
 extern void pgq_bound_hold(PgqBoundId id);
 extern void pgq_bounds_at_xact_end(bool commit);

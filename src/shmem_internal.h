@@ -35,6 +35,8 @@ typedef struct PgqBoundState
 	PgqKey		low;			/* the lowest lowering since the last set */
 	uint64		sets;			/* bumped by every set: the tickets */
 	TimestampTz next_full;		/* when a walk from the start is due */
+	uint64		memo_gen;		/* bumped where a session's own start may
+								 * have passed an entry (rule 8) */
 } PgqBoundState;
 
 /*
