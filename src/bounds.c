@@ -85,7 +85,13 @@
  *	   transaction), from a lowering of rule 6 or a restore, or from behind
  *	   the API's back; the first three bump the bound's memo_gen when they
  *	   happen (at commit: after it is visible), and a full walk's start
- *	   bumps it too (rule 7's period bounds the fourth).  A start is used
+ *	   bumps it too (rule 7's period bounds the fourth).  A prepared
+ *	   transaction's leases commit in another session, where no bump runs:
+ *	   a transaction with LEASE lowerings lists its xid at PREPARE, no
+ *	   session uses a start of its own while one listed is still prepared,
+ *	   and the first to find one ended takes it off and bumps memo_gen (the
+ *	   end is visible then: a prepared transaction stays "in progress"
+ *	   until its COMMIT or ROLLBACK PREPARED is).  A start is used
  *	   only while memo_gen is what the walk that made it read before its
  *	   snapshot, and only by a transaction that could raise the bound
  *	   (rules 4 and 5); one that could not neither keeps nor uses one.
@@ -146,6 +152,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "storage/procarray.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -217,6 +224,8 @@ pgq_bounds_reset(PgqDbSlot *slot)
 		slot->bounds[b].next_full = 0;
 		/* no session's start made in the slot's last life matches */
 		slot->bounds[b].memo_gen = (uint64) GetCurrentTimestamp();
+		memset(slot->bounds[b].memo_prepared, 0, sizeof(slot->bounds[b].memo_prepared));
+		slot->bounds[b].memo_prepared_lost = false;
 	}
 }
 
@@ -370,6 +379,74 @@ pgq_bound_full_done(PgqScan *scan)
 }
 
 /*
+ * Rule 8: whether no transaction prepared with LEASE lowerings is still
+ * prepared.  Those found ended are taken off the list, with a bump of
+ * memo_gen (their leases are visible now: every start is dropped).
+ */
+static bool
+pgq_memo_no_prepared(void)
+{
+	PgqDbSlot  *slot = pgq_my_slot();
+	PgqBoundState *st;
+	TransactionId xids[PGQ_MEMO_PREPARED];
+	bool		none = true;
+	int			i;
+
+	if (slot == NULL)
+		return false;
+	st = &slot->bounds[PGQ_BOUND_LEASE];
+	SpinLockAcquire(&slot->bound_mutex);
+	memcpy(xids, st->memo_prepared, sizeof(xids));
+	if (st->memo_prepared_lost)
+		none = false;
+	SpinLockRelease(&slot->bound_mutex);
+	for (i = 0; i < PGQ_MEMO_PREPARED; i++)
+	{
+		if (!TransactionIdIsValid(xids[i]))
+			continue;
+		none = false;
+		if (TransactionIdIsInProgress(xids[i]))
+			continue;
+		SpinLockAcquire(&slot->bound_mutex);
+		if (st->memo_prepared[i] == xids[i])
+		{
+			st->memo_prepared[i] = InvalidTransactionId;
+			st->memo_gen++;
+		}
+		SpinLockRelease(&slot->bound_mutex);
+	}
+	return none;
+}
+
+/*
+ * Rule 8, at PREPARE: list the transaction when it has LEASE lowerings (its
+ * leases will commit where no bump runs).
+ */
+void
+pgq_bounds_at_prepare(void)
+{
+	PgqDbSlot  *slot;
+	PgqBoundState *st;
+	TransactionId xid = GetTopTransactionIdIfAny();
+	int			i;
+
+	if (!pending[PGQ_BOUND_LEASE] || !TransactionIdIsValid(xid) ||
+		(slot = pgq_my_slot()) == NULL)
+		return;
+	st = &slot->bounds[PGQ_BOUND_LEASE];
+	SpinLockAcquire(&slot->bound_mutex);
+	for (i = 0; i < PGQ_MEMO_PREPARED; i++)
+		if (!TransactionIdIsValid(st->memo_prepared[i]))
+			break;
+	if (i < PGQ_MEMO_PREPARED)
+		st->memo_prepared[i] = xid;
+	else
+		st->memo_prepared_lost = true;
+	st->memo_gen++;
+	SpinLockRelease(&slot->bound_mutex);
+}
+
+/*
  * Rule 8: a LEASE walk filtered by queues, begun with pgq_bound_begin and
  * not skipped, starts at the session's own start for the same queues when
  * there is one, still good, above scan->start; it then raises nothing.
@@ -378,6 +455,8 @@ void
 pgq_bound_memo_apply(PgqScan *scan, ArrayType *queues)
 {
 	Assert(scan->id == PGQ_BOUND_LEASE && queues != NULL);
+	if (!pgq_memo_no_prepared())
+		return;
 	if (memo.queues == NULL || scan->full || !scan->memo_ok ||
 		memo.gen != scan->memo_gen || memo.passed < PGQ_MEMO_MIN ||
 		VARSIZE(memo.queues) != VARSIZE(queues) ||

@@ -450,6 +450,11 @@ pgq_xact_callback(XactEvent event, void *arg)
 {
 	int			i;
 
+	if (event == XACT_EVENT_PRE_PREPARE)
+	{
+		pgq_bounds_at_prepare();	/* see bounds.c, rule 8 */
+		return;
+	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
 		event == XACT_EVENT_PREPARE)

@@ -134,5 +134,6 @@ extern void pgq_bound_memo_store(PgqScan *scan, ArrayType *queues, PgqKey upto,
 extern void pgq_bound_lower_at_commit(PgqBoundId id, PgqKey key);
 extern void pgq_bound_hold(PgqBoundId id);
 extern void pgq_bounds_at_xact_end(bool commit);
+extern void pgq_bounds_at_prepare(void);
 
 #endif							/* PGQUEUE_SHMEM_H */

@@ -29,6 +29,8 @@
 #define PGQ_DB_SLOTS (PGQ_MAX_DATABASES + PGQ_SHARED_SLOTS)
 
 /* One scan bound of a database (bounds.c), under its slot's bound_mutex. */
+#define PGQ_MEMO_PREPARED 16
+
 typedef struct PgqBoundState
 {
 	PgqKey		bound;			/* no claimable entry has a smaller key */
@@ -37,6 +39,11 @@ typedef struct PgqBoundState
 	TimestampTz next_full;		/* when a walk from the start is due */
 	uint64		memo_gen;		/* bumped where a session's own start may
 								 * have passed an entry (rule 8) */
+	TransactionId memo_prepared[PGQ_MEMO_PREPARED]; /* prepared transactions
+												 * with lowerings (rule 8);
+												 * 0: a free entry */
+	bool		memo_prepared_lost; /* more than fit: no session starts
+									 * of its own until a restart */
 } PgqBoundState;
 
 /*
