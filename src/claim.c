@@ -695,7 +695,7 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 	a.deadline = pgq_deadline(now, c->lease);
 	a.count_try = (w->layout >= PGQ_V11);
 	for (i = 0; i < w->works_view.n; i++)
-		if (w->works[i].is_open)
+		if (w->works_open & (UINT64CONST(1) << i))
 			pgq_write_changes(w, &w->works[i], work_changes, lengthof(work_changes));
 	if (w->layout == PGQ_V10)
 		pgq_write_changes(w, pgq_write_job(w), job_changes, lengthof(job_changes));

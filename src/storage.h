@@ -69,7 +69,6 @@ typedef enum PgqCol
 /* One table opened for writing in a call. */
 typedef struct PgqTable
 {
-	bool		is_open;
 	bool		indexes_open;	/* rri's indexes opened (for inserts, updates) */
 	Oid			group_idx;		/* 1.2: its group_idx, opened when a row with
 								 * a group_key is written (pgq_table_indexes) */
@@ -89,7 +88,7 @@ typedef struct PgqTable
  * pin slots the ring cannot reuse.  The pass's slot masks have a bit for
  * slots 0-31; a slot past them is always walked.
  */
-#define PGQ_MAX_SLOTS 64
+#define PGQ_MAX_SLOTS 64		/* a bit of a uint64 each (PgqWrite) */
 
 /*
  * The slots of pgqueue.queue or pgqueue.work_queue that calls visit, as
@@ -118,6 +117,8 @@ typedef struct PgqWrite
 	Snapshot	snapshot;
 	CommandId	cid;
 	PgqLayout	layout;
+	uint64		works_open;		/* a bit for each of works[] opened */
+	uint64		jobs_open;		/* the same for jobs[] */
 	PgqRingView works_view;		/* work_queue's slots */
 	PgqRingView jobs_view;		/* queue's slots */
 	PgqTable	works[PGQ_MAX_SLOTS];	/* opened on demand (pgq_work_slot) */

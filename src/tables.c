@@ -74,6 +74,12 @@ static const char *const pgq_col_names[PGQ_NUM_COLS] = {
 	"waiting_for", "has_children", "group_key"
 };
 
+/*
+ * The RTEs of pgq_write_rtable's range table given a relation since it was
+ * last reset: a bit per slot, work_queue's then queue's.
+ */
+static uint64 rte_set[2];
+
 static void pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti,
 						   LOCKMODE lockmode);
 static void pgq_table_close(PgqTable *t);
@@ -130,6 +136,7 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 	t->pkey = index_open(pgq_primary_key_index(t->rel), lockmode);
 
 	pgq_rte_set_relid(pgq_estate_perminfos(w->estate), exec_rt_fetch(rti, w->estate), relid);
+	rte_set[(rti - 1) / PGQ_MAX_SLOTS] |= UINT64CONST(1) << ((rti - 1) % PGQ_MAX_SLOTS);
 	t->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(t->rri, t->rel, rti, NULL, 0);
 	t->indexes_open = false;	/* pgq_table_indexes: deletes need none */
@@ -137,7 +144,6 @@ pgq_table_open(PgqWrite *w, PgqTable *t, Oid relid, Index rti, LOCKMODE lockmode
 	t->group_idx_last = false;
 	t->found = table_slot_create(t->rel, &w->estate->es_tupleTable);
 	t->next = table_slot_create(t->rel, &w->estate->es_tupleTable);
-	t->is_open = true;
 }
 
 /*
@@ -275,13 +281,10 @@ pgq_table_index_row(PgqWrite *w, PgqTable *t, bool update, bool only_summarizing
 static void
 pgq_table_close(PgqTable *t)
 {
-	if (!t->is_open)
-		return;
 	if (t->indexes_open)
 		ExecCloseIndices(t->rri);
 	index_close(t->pkey, NoLock);
 	table_close(t->rel, NoLock);
-	t->is_open = false;
 }
 
 /*
@@ -305,7 +308,7 @@ pgq_write_rtable(List **perminfos)
 {
 	static List *rtable = NIL;
 	static List *rtable_perminfos = NIL;
-	ListCell   *lc;
+	int			r;
 
 	if (rtable == NIL)
 	{
@@ -315,15 +318,26 @@ pgq_write_rtable(List **perminfos)
 		for (i = 0; i < 2 * PGQ_MAX_SLOTS; i++)
 			rtable = lappend(rtable, pgq_make_rte(&rtable_perminfos, RowExclusiveLock));
 		MemoryContextSwitchTo(old);
+		rte_set[0] = rte_set[1] = 0;
 	}
-	foreach(lc, rtable)
-	{
-		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
 
-		pgq_rte_set_relid(rtable_perminfos, rte, InvalidOid);
-		/* a call's own, freed with it */
-		pgq_rte_set_updated_cols(rtable_perminfos, rte, NULL);
-	}
+	/*
+	 * Only the RTEs that were given a relation (pgq_table_open) can have
+	 * changed columns (pgq_write_changes, on opened tables): a call opens
+	 * a few of the 128, and resetting all of them was a measurable part
+	 * of every call.
+	 */
+	for (r = 0; r < 2; r++)
+		while (rte_set[r] != 0)
+		{
+			int			i = pg_rightmost_one_pos64(rte_set[r]);
+			RangeTblEntry *rte = list_nth_node(RangeTblEntry, rtable, r * PGQ_MAX_SLOTS + i);
+
+			pgq_rte_set_relid(rtable_perminfos, rte, InvalidOid);
+			/* a call's own, freed with it */
+			pgq_rte_set_updated_cols(rtable_perminfos, rte, NULL);
+			rte_set[r] &= ~(UINT64CONST(1) << i);
+		}
 	*perminfos = rtable_perminfos;
 	return rtable;
 }
@@ -335,9 +349,12 @@ pgq_write_close(PgqWrite *w)
 	int			i;
 
 	for (i = 0; i < w->works_view.n; i++)
-		pgq_table_close(&w->works[i]);
+		if (w->works_open & (UINT64CONST(1) << i))
+			pgq_table_close(&w->works[i]);
 	for (i = 0; i < w->jobs_view.n; i++)
-		pgq_table_close(&w->jobs[i]);
+		if (w->jobs_open & (UINT64CONST(1) << i))
+			pgq_table_close(&w->jobs[i]);
+	w->works_open = w->jobs_open = 0;
 	ExecResetTupleTable(w->estate->es_tupleTable, false);
 	FreeExecutorState(w->estate);
 }
@@ -376,7 +393,6 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 		List	   *rtable;
 		List	   *perminfos;
 		bool		moved = false;
-		int			i;
 
 		memset(w, 0, offsetof(PgqWrite, works));
 		w->work = NULL;
@@ -384,11 +400,6 @@ pgq_write_begin(PgqWrite *w, const char *fn, int open)
 		w->row_gone = false;
 		pgq_ring_view(nsp, "work_queue", &w->works_view);
 		pgq_ring_view(nsp, "queue", &w->jobs_view);
-		for (i = 0; i < PGQ_MAX_SLOTS; i++)
-		{
-			w->works[i].is_open = false;
-			w->jobs[i].is_open = false;
-		}
 
 		w->estate = CreateExecutorState();
 		rtable = pgq_write_rtable(&perminfos);
@@ -490,10 +501,11 @@ pgq_work_slot(PgqWrite *w, int i)
 	PgqTable   *t = &w->works[i];
 
 	Assert(i < w->works_view.n);
-	if (!t->is_open)
+	if (!(w->works_open & (UINT64CONST(1) << i)))
 	{
 		pgq_table_open(w, t, w->works_view.relid[i], PGQ_WORK_RTI(i), RowExclusiveLock);
 		t->slot = w->works_view.slot[i];
+		w->works_open |= UINT64CONST(1) << i;
 	}
 	return t;
 }
@@ -505,10 +517,11 @@ pgq_job_slot(PgqWrite *w, int i)
 	PgqTable   *t = &w->jobs[i];
 
 	Assert(i < w->jobs_view.n);
-	if (!t->is_open)
+	if (!(w->jobs_open & (UINT64CONST(1) << i)))
 	{
 		pgq_table_open(w, t, w->jobs_view.relid[i], PGQ_JOB_RTI(i), RowExclusiveLock);
 		t->slot = w->jobs_view.slot[i];
+		w->jobs_open |= UINT64CONST(1) << i;
 	}
 	return t;
 }
