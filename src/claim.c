@@ -259,12 +259,19 @@ pgq_in_queues(PgqTable *t, ArrayType *queues)
  * *passed (when not NULL) the rows of other queues passed.  A claim makes
  * this probe (from the LEASE bound to now: expired leases, which are rare)
  * when the bound has passed; a waiting claim also walks from now on for
- * the next lease to run out.
+ * the next lease to run out, with give_up > 0: a slot's walk that passed
+ * that many rows of other queues stops, and the deadline it stands on
+ * counts as the claim's (no lease of its queues in that slot runs out
+ * earlier: the waiting claim looks again then, instead of walking every
+ * live lease of busy queues at each wake-up).
  */
+/* how many live leases of other queues a waiting claim's walk passes */
+#define PGQ_NEXT_EXPIRY_WALK 64
+
 static TimestampTz
 pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 			   ArrayType *queues, TimestampTz *first, TimestampTz *next,
-			   int64 *passed)
+			   int64 *passed, int give_up)
 {
 	TimestampTz mine = DT_NOEND;
 	int			i;
@@ -281,6 +288,7 @@ pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 		IndexScanDesc scan;
 		ScanKeyData keys[2];
 		int			nkeys = 0;
+		int			others = 0;
 
 		if (from != DT_NOBEGIN)
 			ScanKeyEntryInitialize(&keys[nkeys++], 0, 1, BTGreaterEqualStrategyNumber,
@@ -310,11 +318,12 @@ pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 			/* a slot's later rows cannot be earlier than what it found */
 			if (ts >= mine)
 				break;
-			if (pgq_in_queues(t, queues))
+			if (pgq_in_queues(t, queues) || (give_up > 0 && others == give_up))
 			{
 				mine = ts;
 				break;
 			}
+			others++;
 			if (passed)
 				(*passed)++;
 			CHECK_FOR_INTERRUPTS();
@@ -761,9 +770,9 @@ pgq_lease_rows(PgqWrite *w, ClaimCall *c, LockedRow *rows, int n,
 /*
  * One claim attempt: steal expired leases first, then take never-claimed
  * rows.  When nothing was claimable and next_expiry is not NULL, sets
- * *next_expiry to the earliest live lease deadline of the claim's queues
- * (or 0 when there is none), so that a waiting claim knows when a steal
- * becomes possible.
+ * *next_expiry to the earliest live lease deadline of the claim's queues,
+ * or an earlier one (pgq_lease_walk's give_up), or 0 when there is none, so
+ * that a waiting claim knows when to look for a steal.
  */
 static int
 pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
@@ -807,7 +816,7 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 			pgq_bound_memo_apply(&lscan, c->queues);
 		pgq_write_new_snapshot(&w);
 		expired = pgq_lease_walk(&w, lscan.start.hi == 0 ? lscan.start.lo : DT_NOBEGIN,
-								 now, c->queues, &first_expired, &next_live, &passed);
+								 now, c->queues, &first_expired, &next_live, &passed, 0);
 		if (c->queues != NULL)
 			pgq_bound_memo_store(&lscan, c->queues, pgq_time_key(Min(expired, now)), passed);
 
@@ -864,7 +873,8 @@ pgq_claim_once(ClaimCall *c, TimestampTz *next_expiry)
 		TimestampTz none;
 
 		pgq_write_new_snapshot(&w);
-		*next_expiry = pgq_lease_walk(&w, now, DT_NOEND, c->queues, &any, &none, NULL);
+		*next_expiry = pgq_lease_walk(&w, now, DT_NOEND, c->queues, &any, &none, NULL,
+									  PGQ_NEXT_EXPIRY_WALK);
 		if (*next_expiry == DT_NOEND)
 			*next_expiry = 0;	/* none */
 	}
