@@ -378,6 +378,14 @@ pgq_bound_full_done(PgqScan *scan)
 			 pgq_bound_names[scan->id], took, wait / 1000);
 }
 
+/* Rule 8: whether the session's start is for these queues (byte for byte). */
+static bool
+pgq_memo_for(ArrayType *queues)
+{
+	return memo.queues != NULL && VARSIZE(memo.queues) == VARSIZE(queues) &&
+		memcmp(memo.queues, queues, VARSIZE(queues)) == 0;
+}
+
 /*
  * Rule 8: whether no transaction prepared with LEASE lowerings is still
  * prepared.  Those found ended are taken off the list, with a bump of
@@ -455,13 +463,10 @@ void
 pgq_bound_memo_apply(PgqScan *scan, ArrayType *queues)
 {
 	Assert(scan->id == PGQ_BOUND_LEASE && queues != NULL);
-	if (!pgq_memo_no_prepared())
-		return;
-	if (memo.queues == NULL || scan->full || !scan->memo_ok ||
+	if (scan->full || !scan->memo_ok || !pgq_memo_for(queues) ||
 		memo.gen != scan->memo_gen || memo.passed < PGQ_MEMO_MIN ||
-		VARSIZE(memo.queues) != VARSIZE(queues) ||
-		memcmp(memo.queues, queues, VARSIZE(queues)) != 0 ||
-		pgq_key_cmp(&memo.start, &scan->start) <= 0)
+		pgq_key_cmp(&memo.start, &scan->start) <= 0 ||
+		!pgq_memo_no_prepared())
 		return;
 	scan->start = memo.start;
 	scan->from_memo = true;
@@ -485,8 +490,7 @@ pgq_bound_memo_store(PgqScan *scan, ArrayType *queues, PgqKey upto, int64 passed
 		memo.passed = 0;	/* not worth a start of its own */
 		return;
 	}
-	if (memo.queues == NULL || VARSIZE(memo.queues) != VARSIZE(queues) ||
-		memcmp(memo.queues, queues, VARSIZE(queues)) != 0)
+	if (!pgq_memo_for(queues))
 	{
 		if (memo.queues != NULL)
 			pfree(memo.queues);
