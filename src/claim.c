@@ -250,6 +250,9 @@ pgq_in_queues(PgqTable *t, ArrayType *queues)
 	return false;
 }
 
+/* how many live leases of other queues a waiting claim's walk passes */
+#define PGQ_NEXT_EXPIRY_WALK 64
+
 /*
  * Walk each slot's work_queue_lease_idx over lock_timeout in [from, until),
  * as w's snapshot sees it: *first is the earliest deadline of any row in
@@ -265,9 +268,6 @@ pgq_in_queues(PgqTable *t, ArrayType *queues)
  * earlier: the waiting claim looks again then, instead of walking every
  * live lease of busy queues at each wake-up).
  */
-/* how many live leases of other queues a waiting claim's walk passes */
-#define PGQ_NEXT_EXPIRY_WALK 64
-
 static TimestampTz
 pgq_lease_walk(PgqWrite *w, TimestampTz from, TimestampTz until,
 			   ArrayType *queues, TimestampTz *first, TimestampTz *next,
