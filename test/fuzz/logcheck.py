@@ -148,6 +148,7 @@ def main(path):
     unknown = collections.Counter()
     terminated_pids = set()
     waiting_pids = set()      # schedulers that waited for their database to exist
+    failed_workers = set()    # parallel workers that logged an ERROR or FATAL
     shutting_down = False
     prev = None
     with open(path, errors='replace') as f:
@@ -192,6 +193,11 @@ def main(path):
         msg = re.sub(r'^[0-9A-Z]{5}: ', '', msg)   # verbose: the SQLSTATE again
         prev = level
         cur = None
+        if btype == 'parallel worker' and level in ('ERROR', 'FATAL'):
+            # a parallel worker ends with exit code 1 after an error of
+            # its own (a sqlsmith query's: judged like the leader's) or
+            # when its leader stops it (FATAL 57P01)
+            failed_workers.add(pid)
         if pid in pending:
             if level == 'LOCATION' and pending[pid]['location'] is None:
                 pending[pid]['location'] = msg
@@ -245,6 +251,9 @@ def main(path):
         if mm:
             if btype == 'postmaster' and 'pgqueue scheduler' in msg and mm.group(1) in terminated_pids | waiting_pids:
                 hist[('LOG', 'scheduler exited to restart (SIGTERM, or its database appeared)')] += 1
+                continue
+            if 'parallel worker' in msg and mm.group(2) == '1' and mm.group(1) in failed_workers:
+                hist[('LOG', 'parallel worker exited 1 after its ERROR or FATAL')] += 1
                 continue
             if shutting_down and mm.group(2) == '1':
                 hist[('LOG', 'background worker exited 1 at shutdown')] += 1
