@@ -158,6 +158,10 @@ typedef struct QueueState
 	TimestampTz gstarted;		/* this pass: when the round without a take began */
 	struct GroupWalk *gwalk;	/* pass gwalk_pass's walk of its groups */
 	uint64		gwalk_pass;
+	TimestampTz gnull_since;	/* its head was last lowered by a refresh */
+	int64		gnull_rows;		/* ... since: rows of groups its walk of
+								 * queue_ready_idx passed (pgq_take_one) */
+	int64		gnull_takes;	/* ... since: jobs its groups' turns took */
 } QueueState;
 
 /* The process's view; reset when the tables are not the ones it knew. */
@@ -176,6 +180,13 @@ static uint64 places_gen = 0;	/* pgq_places_generation at the last pass */
  * least this long even if no commit freed a place (pgq_take_grouped).
  */
 #define PGQ_GROUP_RECHECK_USECS (10 * USECS_PER_SEC)
+
+/*
+ * A grouped queue's head is kept by a full walk of the SCHED bound for at
+ * most this long while its rows of groups cost more than they paid
+ * (pgq_refresh_all).
+ */
+#define PGQ_GNULL_MAX_USECS (10 * USECS_PER_SEC)
 static bool view_valid = false;
 static bool pass_in_xact = false;
 static uint64 pass_count = 0;
@@ -351,6 +362,9 @@ pgq_queue(const char *name, bool *is_new)
 		q->gpass = 0;
 		q->gfull_wait = false;
 		q->gwalk_pass = 0;
+		q->gnull_since = 0;
+		q->gnull_rows = 0;
+		q->gnull_takes = 0;
 	}
 	return q;
 }
@@ -502,12 +516,16 @@ pgq_load_settings(PassRels *r)
  * its head at from (or kept, when keep_heads and its head is a valid
  * bound), its slots those whose index has entries of it; a known queue
  * without an entry becomes idle.  Returns the lowest head, for the SCHED
- * bound.  When keep_waits (the pass's notes were all read and applied), a
+ * bound.  When notes_read (the pass's notes were all read and applied), a
  * grouped queue waiting for a place to be freed (gfull_wait) keeps waiting:
- * no job pushed into it is unknown.
+ * no job pushed into it is unknown; and a grouped queue keeps its head
+ * while the rows of groups its walk passed since its head was last lowered
+ * outnumber the jobs its groups' turns took, for at most
+ * PGQ_GNULL_MAX_USECS (see "Groups" below).
  */
 static PgqKey
-pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads, bool keep_waits)
+pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads, bool notes_read,
+				TimestampTz now)
 {
 	char	  **names;
 	uint32	   *masks;
@@ -531,12 +549,21 @@ pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads, bool keep_waits)
 		if (strlen(name) > PGQ_MAX_NAME_BYTES)
 			continue;
 		q = pgq_queue(name, &is_new);
-		if (!keep_heads || is_new)
+		if (is_new ||
+			(!keep_heads &&
+			 !(notes_read && q->group_max_in_flight > 0 &&
+			   q->gnull_rows > q->gnull_takes &&
+			   now < q->gnull_since + PGQ_GNULL_MAX_USECS)))
+		{
 			pgq_lower_head(q, from.hi, from.lo);
+			q->gnull_since = now;
+			q->gnull_rows = 0;
+			q->gnull_takes = 0;
+		}
 		q->slots = masks[i];
 		q->mark = true;
 		/* a grouped queue waiting for a place to be freed: see above */
-		if (!(keep_waits && q->gfull_wait) &&
+		if (!(notes_read && q->gfull_wait) &&
 			(q->where == Q_IDLE || q->where == Q_LATER))
 		{
 			q->gfull_wait = false;
@@ -1030,6 +1057,7 @@ pgq_take_one(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 				{
 					if (!head_fixed)
 						q->head = pos;
+					q->gnull_rows++;
 					pgq_walk_next(sw);
 					continue;
 				}
@@ -1206,6 +1234,19 @@ pgq_ready_due(TimestampTz now)
  * the next pass, which its commit wakes).  This pass's own takes are seen
  * as the rows it updated (their old version, pending, is still the one its
  * snapshot sees): counted in flight too.
+ *
+ * The turn of the jobs without a group walks queue_ready_idx from the
+ * queue's head and passes the rows of groups, so the head soon lies past
+ * them all.  A full walk of the SCHED bound (pgq_refresh_all, every second
+ * or so) lowers every head back to the bound's start, and the next turn
+ * passed every row of the queue's groups again: at 100,000 groups, a tenth
+ * of a pass's time.  So when the pass's notes were read (every job pushed
+ * or nacked below the head since is known), a grouped queue keeps its head
+ * through the full walk while the rows of groups passed since the head was
+ * last lowered outnumber the jobs its groups' turns took (the walk has not
+ * paid for itself), but for PGQ_GNULL_MAX_USECS at most: a row whose key
+ * went down behind the API's back (an UPDATE of run_after) is found within
+ * that bound (t/039_group_null_walk.pl).
  * ----------------------------------------------------------------
  */
 
@@ -1690,6 +1731,8 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			took = pgq_take_group(r, q, qname, walk, pos, now, order, states);
 		if (took)
 		{
+			if (pos != NULL)
+				q->gnull_takes++;
 			q->gidle = false;
 			return true;
 		}
@@ -1913,7 +1956,7 @@ pgq_schedule_pass(int max_items)
 		if (notes_read)
 			pgq_apply_notes(names, keys, masks, nnotes, own_names, own_keys, own_masks,
 							nown, true);
-		lowest = pgq_refresh_all(&r, scan.start, keep_heads, notes_read);
+		lowest = pgq_refresh_all(&r, scan.start, keep_heads, notes_read, now);
 		pgq_bound_end(&scan, lowest);
 		next_refresh = now + Max(1000 * INT64CONST(1000),
 								 20 * (GetCurrentTimestamp() - began));
