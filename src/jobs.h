@@ -13,6 +13,7 @@
 #ifndef PGQUEUE_JOBS_H
 #define PGQUEUE_JOBS_H
 
+#include "access/xact.h"
 #include "nodes/execnodes.h"
 #include "utils/array.h"
 #include "utils/jsonb.h"
@@ -126,6 +127,8 @@ extern void pgq_rate_save(PgqRateWindow *w);
 extern int	pgq_schedule_pass(int max_items);
 extern TimestampTz pgq_schedule_next_due(void);
 extern void pgq_schedule_at_xact_end(bool commit);
+extern void pgq_schedule_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+										  SubTransactionId parentSubid, void *arg);
 extern void pgq_schedule_forget(void);
 
 /*

@@ -97,9 +97,11 @@ _PG_init(void)
 
 	/*
 	 * Every backend publishes wake-ups and counters at commit, and a
-	 * scheduling pass that rolled back is forgotten (schedule.c).
+	 * scheduling pass that rolled back, with its transaction or a
+	 * subtransaction, is forgotten (schedule.c).
 	 */
 	pgq_xact_callbacks_register(pgq_schedule_at_xact_end);
+	RegisterSubXactCallback(pgq_schedule_subxact_callback, NULL);
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

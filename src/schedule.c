@@ -189,6 +189,8 @@ static uint64 places_gen = 0;	/* pgq_places_generation at the last pass */
 #define PGQ_GNULL_MAX_USECS (10 * USECS_PER_SEC)
 static bool view_valid = false;
 static bool pass_in_xact = false;
+static SubTransactionId pass_subid = InvalidSubTransactionId;	/* the last
+																 * pass's */
 static uint64 pass_count = 0;
 static TimestampTz next_refresh = 0;
 static TimestampTz soonest_due = DT_NOEND;	/* after the last pass: the
@@ -1244,9 +1246,10 @@ pgq_ready_due(TimestampTz now)
  * or nacked below the head since is known), a grouped queue keeps its head
  * through the full walk while the rows of groups passed since the head was
  * last lowered outnumber the jobs its groups' turns took (the walk has not
- * paid for itself), but for PGQ_GNULL_MAX_USECS at most: a row whose key
- * went down behind the API's back (an UPDATE of run_after) is found within
- * that bound (t/039_group_null_walk.pl).
+ * paid for itself), but for PGQ_GNULL_MAX_USECS at most, when its next
+ * turn without a group lowers it (pgq_take_grouped): a row whose key went
+ * down behind the API's back (an UPDATE of run_after, a push in a PREPAREd
+ * transaction) is found within that bound (t/039_group_null_walk.pl).
  * ----------------------------------------------------------------
  */
 
@@ -1720,6 +1723,19 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 		{
 			int			i;
 
+			/*
+			 * Kept through the full walks for PGQ_GNULL_MAX_USECS: now
+			 * lowered, even by a pass that is not one (a queue waiting
+			 * for a place rounds again only at its recheck, which may
+			 * fall between two full walks).
+			 */
+			if (now >= q->gnull_since + PGQ_GNULL_MAX_USECS)
+			{
+				pgq_lower_head(q, PG_INT64_MIN, DT_NOBEGIN);
+				q->gnull_since = now;
+				q->gnull_rows = 0;
+				q->gnull_takes = 0;
+			}
 			took = pgq_take_one(r, q, now, order, states);
 			if (!took)
 				null_due = q->next_due;
@@ -1900,6 +1916,7 @@ pgq_schedule_pass(int max_items)
 		pgq_view_reset(r.w.jobs_view.parent);
 	pass_count++;
 	pass_in_xact = true;
+	pass_subid = GetCurrentSubTransactionId();
 
 	/* read before the snapshot: the bound (bounds.c), the notes, the settings */
 	pgq_bound_begin(PGQ_BOUND_SCHED, true, &scan);
@@ -2090,6 +2107,26 @@ pgq_schedule_at_xact_end(bool commit)
 	pass_in_xact = false;
 	open_walks.q = NULL;		/* ended by the pass, or by the abort */
 	group_walks = NIL;			/* the same */
+}
+
+/*
+ * The same for a subtransaction that rolls back (ROLLBACK TO SAVEPOINT, an
+ * exception block of PL/pgSQL) after a pass ran in it: its takes are undone
+ * and no note says so, while the view had moved the heads past them (a
+ * grouped queue keeps its head through full walks, and counted those takes
+ * in flight).  Subtransaction ids grow, and every subtransaction begun
+ * since the aborting one is inside it: the last pass ran in it if its id
+ * is not below the aborting one's.  Registered by _PG_init.
+ */
+void
+pgq_schedule_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							  SubTransactionId parentSubid, void *arg)
+{
+	if (event != SUBXACT_EVENT_ABORT_SUB || !pass_in_xact || pass_subid < mySubid)
+		return;
+	view_valid = false;
+	open_walks.q = NULL;
+	group_walks = NIL;
 }
 
 /*

@@ -20,7 +20,16 @@
 #   (c) a job without a group pushed below the head (a higher priority)
 #       by another session is released by the next pass (the notes);
 #   (d) once 10 s have passed since the head was lowered, a pass after a
-#       full walk walks the rows again (the bound on a kept head).
+#       full walk walks the rows again (the bound on a kept head);
+#   (e) a pass rolled back with its subtransaction (ROLLBACK TO SAVEPOINT)
+#       took a job without a group below the head, and no note says it is
+#       pending again: the next pass releases it (the rollback makes the
+#       session's view walk everything again);
+#   (f) every group full, the queue waiting for a place: a job without a
+#       group pushed below the head by a PREPAREd transaction (COMMIT
+#       PREPARED leaves no note) is released by the queue's recheck, about
+#       10 s after its last round, even when that recheck is not a full
+#       walk of the bound (it once waited for the next recheck, 20 s).
 use strict;
 use warnings;
 
@@ -37,6 +46,7 @@ my $node = pgq_node(
 pgqueue.enabled = off
 autovacuum = off
 log_min_messages = debug1
+max_prepared_transactions = 2
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pgqueue');
@@ -145,6 +155,59 @@ while (time - $lowered_at < 20)
 }
 ok(defined $walked_at, '(d) a pass walks the rows again once the bound on a kept head has passed');
 cmp_ok($walked_at // 0, '>=', 10, '(d) ... not before 10 s');
+
+# Is the job whose payload has key $k released (in work_queue)?
+sub released
+{
+	my ($k) = @_;
+	return $node->safe_psql('postgres', qq{
+SELECT count(*) FROM pgqueue.work_queue w JOIN pgqueue.jobs j USING (id)
+ WHERE j.payload ? '$k'});
+}
+
+# --- (e) ------------------------------------------------------------------------
+ack_released();
+$node->safe_psql('postgres', q{SELECT pgq_push('g', '{"e": true}', priority => 5)});
+my $out = $passer->query_safe(q{
+BEGIN;
+SAVEPOINT s;
+SELECT pgq_schedule(10000) > 0 AS took;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;});
+like($out, qr/^t$/m, '(e) the pass in the savepoint took jobs');
+is(released('e'), '0', '(e) ... undone by ROLLBACK TO SAVEPOINT');
+# this pass's round ends with every group full (nothing acked from now on)
+$offset = -s $node->logfile;
+pass();
+is(released('e'), '1', '(e) the next pass releases the job without a group');
+
+# --- (f) ------------------------------------------------------------------------
+my $wait_re = qr/queue "g": every group with a due job is full, waiting for a place to be freed/;
+cmp_ok(log_count($node, $wait_re, $offset), '>=', 1, '(f) every group is full: the queue waits');
+my $t0 = time;
+$node->safe_psql('postgres', q{
+BEGIN;
+SELECT pgq_push('g', '{"f": true}', priority => 5);
+PREPARE TRANSACTION 'f';
+COMMIT PREPARED 'f';});
+# passes 0.1 s apart: most are not full walks of the bound (due a second
+# after the last one), so the recheck is most often not one either
+my $took;
+while (time - $t0 < 30)
+{
+	usleep(100_000);
+	pass();
+	if ($passer->query_safe(q{
+SELECT count(*) FROM pgqueue.work_queue w JOIN pgqueue.jobs j USING (id)
+ WHERE j.payload ? 'f'}) eq '1')
+	{
+		$took = time - $t0;
+		last;
+	}
+}
+ok(defined $took, '(f) the job pushed by a prepared transaction is released');
+cmp_ok($took // 99, '<=', 12.5,
+	sprintf('(f) ... by the recheck about 10 s after the last round (%.1f s)', $took // 99));
 
 $passer->quit;
 $node->stop;
