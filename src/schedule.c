@@ -158,7 +158,8 @@ typedef struct QueueState
 	TimestampTz gstarted;		/* this pass: when the round without a take began */
 	struct GroupWalk *gwalk;	/* pass gwalk_pass's walk of its groups */
 	uint64		gwalk_pass;
-	TimestampTz gnull_since;	/* its head was last lowered by a refresh */
+	TimestampTz gnull_since;	/* its head was last lowered to the start (a
+								 * refresh, or its turn without a group) */
 	int64		gnull_rows;		/* ... since: rows of groups its walk of
 								 * queue_ready_idx passed (pgq_take_one) */
 	int64		gnull_takes;	/* ... since: jobs its groups' turns took */
@@ -184,7 +185,8 @@ static uint64 places_gen = 0;	/* pgq_places_generation at the last pass */
 /*
  * A grouped queue's head is kept by a full walk of the SCHED bound for at
  * most this long while its rows of groups cost more than they paid
- * (pgq_refresh_all).
+ * (pgq_refresh_all), and then lowered by its turn without a group
+ * (pgq_take_grouped) if no full walk did.
  */
 #define PGQ_GNULL_MAX_USECS (10 * USECS_PER_SEC)
 static bool view_valid = false;
