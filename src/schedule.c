@@ -388,6 +388,19 @@ pgq_lower_head(QueueState *q, int64 np, TimestampTz ra)
 }
 
 /*
+ * Lower q's head to key (np, ra) as a refresh does, at now: a grouped
+ * queue's walk of its rows of groups starts over (see "Groups").
+ */
+static void
+pgq_lower_head_anew(QueueState *q, int64 np, TimestampTz ra, TimestampTz now)
+{
+	pgq_lower_head(q, np, ra);
+	q->gnull_since = now;
+	q->gnull_rows = 0;
+	q->gnull_takes = 0;
+}
+
+/*
  * Load every queue's settings from pgqueue.queues (a small table, read when
  * a committed pgq_configure bumped the generation).
  */
@@ -549,21 +562,19 @@ pgq_refresh_all(PassRels *r, PgqKey from, bool keep_heads, bool notes_read,
 	{
 		char	   *name = names[i];
 		bool		is_new;
+		bool		keep;
 
 		if (strlen(name) > PGQ_MAX_NAME_BYTES)
 			continue;
 		q = pgq_queue(name, &is_new);
-		if (is_new ||
-			(!keep_heads &&
-			 !(notes_read && q->group_max_in_flight > 0 &&
-			   q->gnull_rows > q->gnull_takes &&
-			   now < q->gnull_since + PGQ_GNULL_MAX_USECS)))
-		{
-			pgq_lower_head(q, from.hi, from.lo);
-			q->gnull_since = now;
-			q->gnull_rows = 0;
-			q->gnull_takes = 0;
-		}
+		/* a grouped queue whose walk of its groups' rows has not paid: above */
+		keep = !is_new &&
+			(keep_heads ||
+			 (notes_read && q->group_max_in_flight > 0 &&
+			  q->gnull_rows > q->gnull_takes &&
+			  now < q->gnull_since + PGQ_GNULL_MAX_USECS));
+		if (!keep)
+			pgq_lower_head_anew(q, from.hi, from.lo, now);
 		q->slots = masks[i];
 		q->mark = true;
 		/* a grouped queue waiting for a place to be freed: see above */
@@ -1732,12 +1743,7 @@ pgq_take_grouped(PassRels *r, QueueState *q, TimestampTz now, int32 order,
 			 * fall between two full walks).
 			 */
 			if (now >= q->gnull_since + PGQ_GNULL_MAX_USECS)
-			{
-				pgq_lower_head(q, PG_INT64_MIN, DT_NOBEGIN);
-				q->gnull_since = now;
-				q->gnull_rows = 0;
-				q->gnull_takes = 0;
-			}
+				pgq_lower_head_anew(q, PG_INT64_MIN, DT_NOBEGIN, now);
 			took = pgq_take_one(r, q, now, order, states);
 			if (!took)
 				null_due = q->next_due;
