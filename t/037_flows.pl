@@ -12,7 +12,9 @@
 #   (c) a crash (immediate stop) with children waiting: they wait after the
 #       restart, and the acks of their parents free them;
 #   (d) pg_dump -Fc / pg_restore into a new database: waiting jobs, their
-#       waiting_for and the edges come back, and the flow completes there.
+#       waiting_for and the edges come back, and the flow completes there;
+#       so do a grouped queue's limit and its jobs' groups, one job of each
+#       group released at a time.
 use strict;
 use warnings;
 
@@ -184,11 +186,20 @@ CREATE TABLE flow_d AS SELECT pgq_push('d_parent', '{}') AS parent;
 SELECT pgq_push_batch('d_kids', ARRAY['{"n": 1}', '{"n": 2}']::jsonb[],
                       after => ARRAY(SELECT parent FROM flow_d));
 SELECT pgq_push('d_fanin', '{}', after => ARRAY(SELECT id FROM pgqueue.queue WHERE queue = 'd_kids'));
+SELECT pgq_configure('d_group', group_max_in_flight => 1);
+SELECT pgq_push('d_group', jsonb_build_object('n', n), group_key => 'g' || n % 2)
+  FROM generate_series(1, 4) n;
 });
 my $flows = q{
 SELECT string_agg(j.queue || ' ' || j.state || ' ' || j.waiting_for, ',' ORDER BY j.queue, j.id)
        || ' / ' || (SELECT count(*) FROM pgqueue.job_parents)
-  FROM pgqueue.jobs j};
+  FROM pgqueue.jobs j WHERE j.queue <> 'd_group'};
+my $groups = q{
+SELECT (SELECT group_max_in_flight FROM pgqueue.queues WHERE queue = 'd_group') || ' / ' ||
+       string_agg(j.group_key || ' ' || (j.payload->>'n'), ',' ORDER BY j.id)
+  FROM pgqueue.jobs j WHERE j.queue = 'd_group'};
+my $groups_before = $node->safe_psql('src', $groups);
+is($groups_before, '1 / g1 1,g0 2,g1 3,g0 4', '(d) the source: a queue of two groups, limit 1');
 my $before = $node->safe_psql('src', $flows);
 is($before, 'd_fanin waiting 2,d_kids waiting 1,d_kids waiting 1,d_parent pending 0 / 4',
 	'(d) the source: a parent, two children, a fan-in, four edges');
@@ -211,6 +222,16 @@ SELECT count(*) FILTER (WHERE pgq_ack(c.id, 'w')) FROM pgq_claim('w', 10, '1 min
 is($acked->('d_parent'), "t\n1", 'in the restored database the parent is acked');
 is($acked->('d_kids'), "t\n2", 'then its two children');
 is($acked->('d_fanin'), "t\n1", 'then the fan-in job');
+is($node->safe_psql('restored', $groups), $groups_before,
+	'the groups came back: each job its group_key, the queue its limit');
+my $group_round = sub {
+	return $node->safe_psql('restored', q{
+SELECT pgq_schedule() >= 0;
+SELECT string_agg(c.payload->>'n', ',' ORDER BY (c.payload->>'n')::int)
+  FROM pgq_claim('w', 10, '1 minute', ARRAY['d_group']) c, LATERAL pgq_ack(c.id, 'w') a});
+};
+is($group_round->(), "t\n1,2", 'in the restored database one job of each group is released');
+is($group_round->(), "t\n3,4", 'then, once those are acked, the next of each');
 is($node->safe_psql('restored', 'SELECT count(*) FROM pgqueue.queue'), '0', 'the flow completed');
 
 $node->stop;

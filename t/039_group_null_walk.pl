@@ -63,7 +63,7 @@ my $passer = $node->background_psql('postgres');
 
 # One pass in $passer: the jobs it released, and the entries of every
 # slot's queue_ready_idx its transaction read.
-sub pass
+sub sched_pass
 {
 	my $out = $passer->query_safe(q{
 BEGIN;
@@ -104,7 +104,7 @@ my $walk_re = qr/full walk of the SCHED bound took/;
 
 # --- (a) ------------------------------------------------------------------------
 my $lowered_at = time;
-my ($released, $read) = pass();
+my ($released, $read) = sched_pass();
 is($released, $ngroups, '(a) the first pass releases one job of each group');
 cmp_ok($read, '>=', ($per_group - 1) * $ngroups,
 	'(a) ... walking the rows of the groups (entries read)');
@@ -125,7 +125,7 @@ while (time - $first_quiet < 8.5)
 		# (c) below the head: a higher priority than every job of g
 		$node->safe_psql('postgres', q{SELECT pgq_push('g', '{"alone": true}', priority => 5)});
 	}
-	($released, $read) = pass();
+	($released, $read) = sched_pass();
 	$passes++;
 	if ($passes == 3)
 	{
@@ -151,7 +151,7 @@ while (time - $lowered_at < 20)
 {
 	ack_released();
 	usleep(1_100_000);
-	($released, $read) = pass();
+	($released, $read) = sched_pass();
 	if ($read >= 2000)
 	{
 		$walked_at = time - $lowered_at;
@@ -174,7 +174,7 @@ like($out, qr/^t$/m, '(e) the pass in the savepoint took jobs');
 is(released('e'), '0', '(e) ... undone by ROLLBACK TO SAVEPOINT');
 # this pass's round ends with every group full (nothing acked from now on)
 $offset = -s $node->logfile;
-pass();
+sched_pass();
 is(released('e'), '1', '(e) the next pass releases the job without a group');
 
 # --- (f) ------------------------------------------------------------------------
@@ -192,7 +192,7 @@ my $took;
 while (time - $t0 < 30)
 {
 	usleep(100_000);
-	pass();
+	sched_pass();
 	if ($passer->query_safe(q{
 SELECT count(*) FROM pgqueue.work_queue w JOIN pgqueue.jobs j USING (id)
  WHERE j.payload ? 'f'}) eq '1')
