@@ -210,12 +210,6 @@ int			pgqueue_slot_size_kb = 1024;
 /* How often the scheduler looks at the ring, at most. */
 #define PGQ_RING_MAINTAIN_USECS (100 * 1000)
 /*
- * The next look after one that began to give a slot back (noted the
- * writers of an emptied slot, or drained one): what it waits for is most
- * often a claim's or an ack's transaction, over in a millisecond or two.
- */
-#define PGQ_RING_SOON_USECS (10 * 1000)
-/*
  * A free slot's statistics, set right: from this long after its TRUNCATE
  * until this long after it (see stats_settle).
  */
@@ -290,7 +284,6 @@ typedef struct RingNotes
 static RingNotes ring_notes[2];
 static TimestampTz next_maintain = 0;
 static bool full_wanted = false;	/* a current slot is full: look at once */
-static bool soon_wanted = false;	/* a slot is on its way back: look soon */
 static bool shrink_wanted[2];	/* a ring has more free slots than it keeps */
 static bool stats_flush_wanted = false; /* a slot's counts zeroed: flush them */
 static TimestampTz next_shrink = 0;
@@ -955,10 +948,7 @@ ring_drain_if_empty(RingNotes *rn, const char *name, RingSlot *s)
 	else if (ConditionalLockRelationOid(s->relid, ShareLock))
 		drain = (slot_rows(s->relid, 0) == 0);	/* no writer: exact */
 	else if (!rn->lockers_noted[s->slot])
-	{
 		note_lockers(rn, s);
-		soon_wanted = true;
-	}
 	else if (lockers_over(rn, s->slot))
 		drain = slot_settled_empty(s->relid);
 	if (drain)
@@ -966,7 +956,6 @@ ring_drain_if_empty(RingNotes *rn, const char *name, RingSlot *s)
 		set_state(name, s, SLOT_DRAINED);
 		note_waits(rn, s->slot);
 		rn->lockers_noted[s->slot] = false;
-		soon_wanted = true;
 	}
 	return drain;
 }
@@ -1558,21 +1547,6 @@ pgq_ring_maintain_wanted(void)
 }
 
 /*
- * When the scheduler's next look at the rings is due, if a slot on its way
- * back made it due soon (pgq_ring_maintain), else DT_NOEND: for the
- * scheduler's sleep after a pass.  Once per look: a scheduler that skips
- * its looks (a restore under way) does not wake for them again and again.
- */
-TimestampTz
-pgq_ring_look_due(void)
-{
-	TimestampTz due = soon_wanted ? next_maintain : DT_NOEND;
-
-	soon_wanted = false;
-	return due;
-}
-
-/*
  * The scheduler's look at the rings, at most every
  * PGQ_RING_MAINTAIN_USECS and at once when a current slot is full
  * (pgq_ring_check_full), in a transaction of its own before a pass: it
@@ -1590,7 +1564,6 @@ pgq_ring_maintain(void)
 
 	next_maintain = GetCurrentTimestamp() + PGQ_RING_MAINTAIN_USECS;
 	full_wanted = false;
-	soon_wanted = false;
 	if (pgq_layout() < PGQ_V11)
 		return;
 	nsp = get_namespace_oid("pgqueue", false);
@@ -1600,9 +1573,6 @@ pgq_ring_maintain(void)
 				   "The scheduler tries again before its next pass.");
 	pgq_upkeep_try(ring_turn, &rings[RING_QUEUE], "turn the ring of pgqueue.queue",
 				   "The scheduler tries again before its next pass.");
-	/* a slot on its way back: the next step is likely possible in a moment */
-	if (soon_wanted)
-		next_maintain = GetCurrentTimestamp() + PGQ_RING_SOON_USECS;
 	pgq_upkeep_try(ring_move_plan, NULL, "plan the moves of the rows left in old slots",
 				   "The scheduler tries again before its next pass.");
 }

@@ -174,7 +174,6 @@ extern int	pgqueue_slot_size_kb;
 extern void pgq_ring_view(Oid nsp, const char *name, PgqRingView *v);
 extern void pgq_ring_check_full(void);
 extern bool pgq_ring_maintain_wanted(void);
-extern TimestampTz pgq_ring_look_due(void);
 extern void pgq_ring_maintain(void);
 extern bool pgq_ring_move_wanted(void);
 extern void pgq_ring_move(void);

@@ -236,7 +236,7 @@ pgq_next_wait_ms(int moved)
 
 	if (moved < 0)
 		return wait;
-	due = Min(pgq_schedule_next_due(), pgq_ring_look_due());
+	due = pgq_schedule_next_due();
 	if (due != DT_NOEND)
 		wait = Min(wait, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due));
 	return wait;
