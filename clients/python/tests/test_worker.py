@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -924,6 +925,21 @@ def test_start_fails_in_bounded_time_where_no_server_listens(queue):
     took = time.monotonic() - t0
     assert 1.4 < took < 4, took
     assert not w.lock_keys  # no slot was started
+
+
+def test_the_claims_text_parameters_reach_the_server_as_they_were(app):
+    """The claim and the acks send their arrays and intervals as text: every
+    name comes back as it was (quotes, backslashes, commas, spaces, braces,
+    'NULL'), and every interval to the microsecond."""
+    names = ["plain", 'a"b', "c\\d", "e,f", " g ", "{h}", "NULL", "", "ü"]
+    got = app.execute("SELECT %s::text[]", [pgqueue.worker._text_array(names)]).fetchone()[0]
+    assert got == names
+    ids = [uuid.uuid4() for _ in range(3)]
+    assert app.execute("SELECT %s::uuid[]",
+                       [pgqueue.worker._text_array(ids)]).fetchone()[0] == ids
+    for seconds in (0, 0.000001, 0.5, 30, 86400 * 3 + 0.25):
+        got = app.execute("SELECT %s::interval", [pgqueue.worker._interval(seconds)]).fetchone()[0]
+        assert got == timedelta(seconds=seconds), (seconds, got)
 
 
 def test_format_error_has_type_message_and_traceback_tail():
