@@ -217,6 +217,7 @@ def _interval(seconds: float) -> str:
     """An interval literal of ``seconds`` (to the microsecond)."""
     return f"{seconds:.6f} seconds"
 
+
 # Errors that no reconnect will mend: stop the worker and say why.
 _SETUP_ERRORS = (psycopg.errors.UndefinedFunction,
                  psycopg.errors.InsufficientPrivilege,
